@@ -1,0 +1,79 @@
+"""Counter-based randomness: every draw is a hash of (sub-env key, counter).
+
+A sub-env's key comes from its seed; its counter advances by one on every step and every
+reset. A draw therefore depends on nothing but that sub-env's seed and history, so a game
+plays out the same for any `num_envs`, any neighbours, and on any device.
+
+The functions below take Python ints, numpy integer arrays or torch int64 tensors alike:
+all arithmetic stays below 2**63, so signed 64-bit tensors never overflow.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import numpy as np
+
+MASK32 = 0xFFFFFFFF
+_GOLDEN = 0x9E3779B9
+
+T = TypeVar("T")
+
+
+def _mul32(x: T, c: int) -> T:
+    """(x * c) mod 2**32 for x < 2**32, split so that no product exceeds 2**49."""
+    lo = x * (c & 0xFFFF)  # type: ignore[operator]
+    hi = ((x * (c >> 16)) & 0xFFFF) << 16  # type: ignore[operator]
+    return (lo + hi) & MASK32  # type: ignore[operator]
+
+
+def mix32(x: T) -> T:
+    """A 32-bit integer finaliser (Wellons' lowbias32): good avalanche in a few ops."""
+    x = x ^ (x >> 16)  # type: ignore[operator]
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)  # type: ignore[operator]
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)  # type: ignore[operator]
+
+
+def draw(key: T, counter: T) -> T:
+    """The 32 random bits of a sub-env for one counter value."""
+    return mix32(key ^ mix32(counter & MASK32))  # type: ignore[operator]
+
+
+def spawn_bits(bits: T) -> T:
+    """The 16 bits that decide whether a fruit spawns (compared with a threshold)."""
+    return bits & 0xFFFF  # type: ignore[operator]
+
+
+def column(bits: T, width: int) -> T:
+    """A column in [0, width) from the other 16 bits of a draw."""
+    return ((bits >> 16) * width) >> 16  # type: ignore[operator]
+
+
+def seed_keys(seeds: np.ndarray) -> np.ndarray:
+    """Map 64-bit seeds (uint64 array) to 32-bit sub-env keys (int64 array)."""
+    seeds = np.asarray(seeds, dtype=np.uint64)
+    lo = (seeds & np.uint64(MASK32)).astype(np.int64)  # int64 keeps numpy 1.x off float64
+    hi = (seeds >> np.uint64(32)).astype(np.int64)
+    return mix32(lo ^ mix32(hi ^ _GOLDEN))
+
+
+def seed_key(seed: int) -> int:
+    """The key of a single seed, in Python ints (used by the single-game env)."""
+    seed %= 2**64
+    return mix32((seed & MASK32) ^ mix32((seed >> 32) ^ _GOLDEN))
+
+
+def normalize_seed(seed: object, name: str = "seed") -> int:
+    """Check that a seed is a non-negative int, as Gymnasium requires."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"{name} must be a non-negative int or None, got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"{name} must be non-negative, got {seed}")
+    return int(seed)
+
+
+def fresh_seeds(n: int) -> np.ndarray:
+    """n seeds from OS entropy, for `reset(seed=None)` before any seed was given."""
+    return np.random.SeedSequence().generate_state(n, dtype=np.uint64)
