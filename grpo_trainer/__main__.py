@@ -1,0 +1,7 @@
+"""`python -m grpo_trainer train | eval | play`."""
+
+import sys
+
+from grpo_trainer.cli import main
+
+sys.exit(main())

@@ -1,0 +1,91 @@
+"""Speed features with capability checks: device choice, compile, AMP, fused optimizer.
+
+Each helper picks the fastest option the device supports and says (in the log) when it
+falls back, so a run never fails because an accelerator feature is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+import torch
+
+log = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def resolve_device(name: str) -> torch.device:
+    """ "auto" -> cuda when available, else cpu; anything else must exist on this machine."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device {name!r} is not a torch device: {err}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {name!r}: CUDA is not available on this machine")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device {name!r}: only {torch.cuda.device_count()} GPU(s) here")
+    elif device.type != "cpu":
+        raise ValueError(f"device {name!r}: only 'auto', 'cpu' and 'cuda[:N]' are supported")
+    return device
+
+
+class Compiled:
+    """`torch.compile(fn)` that falls back to eager, with a warning, if compilation fails."""
+
+    def __init__(self, fn: Callable[..., Any], enabled: bool, name: str) -> None:
+        self.eager, self.name = fn, name
+        self.fn = torch.compile(fn) if enabled else fn
+        self.compiled = enabled
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.compiled:
+            return self.eager(*args, **kwargs)
+        try:
+            return self.fn(*args, **kwargs)
+        except Exception as err:  # compilers fail in many ways; the eager path must not
+            log.warning("torch.compile of %s failed (%s); running it eagerly", self.name, err)
+            self.fn, self.compiled = self.eager, False
+            return self.eager(*args, **kwargs)
+
+
+def should_compile(requested: bool | None, device: torch.device) -> bool:
+    """None means auto: compile on CUDA, where it pays; on CPU the compile time dominates."""
+    return device.type == "cuda" if requested is None else requested
+
+
+@contextlib.contextmanager
+def autocast(amp: str, device: torch.device) -> Iterator[None]:
+    """bf16 / fp16 autocast, or nothing for "off"."""
+    if amp == "off":
+        yield
+        return
+    dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+    with torch.autocast(device_type=device.type, dtype=dtype):
+        yield
+
+
+def check_amp(amp: str, device: torch.device) -> None:
+    """Refuse AMP modes the device cannot run, naming the field."""
+    if amp == "fp16" and device.type != "cuda":
+        raise ValueError("amp='fp16' needs a CUDA device (use 'bf16' or 'off' on CPU)")
+    if amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError("amp='bf16' is not supported by this GPU (use 'fp16' or 'off')")
+
+
+def make_optimizer(
+    params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float, fused: bool
+) -> tuple[torch.optim.AdamW, bool]:
+    """AdamW, fused where supported (one kernel per step, and device-side step skipping)."""
+    params = list(params)
+    if fused:
+        try:
+            return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True), True
+        except (RuntimeError, ValueError) as err:
+            log.info("fused AdamW unavailable (%s); using foreach", err)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=True), False

@@ -1,0 +1,214 @@
+"""Command line: `python -m grpo_trainer train | eval | play` (also the `grpo` script).
+
+Every field of `GRPOConfig` and `RunConfig` is a flag (`num_groups` -> `--num-groups`),
+generated from the dataclasses so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
+
+from grpo_trainer.config import GRPOConfig, RunConfig
+
+log = logging.getLogger("grpo_trainer")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, hint: Any) -> None:
+    """One flag per field, typed from its annotation; defaults stay with the dataclass."""
+    kwargs: dict[str, Any] = {"dest": field.name, "default": argparse.SUPPRESS}
+    origin, args = get_origin(hint), get_args(hint)
+    optional = origin in (typing.Union, types.UnionType) and type(None) in args
+    if optional:
+        hint = next(a for a in args if a is not type(None))
+        origin, args = get_origin(hint), get_args(hint)
+    if hint is bool:
+        kwargs["action"] = argparse.BooleanOptionalAction
+    elif origin is typing.Literal:
+        kwargs["choices"] = list(args)
+    elif origin is tuple:
+        kwargs["type"] = _int_tuple
+        kwargs["metavar"] = "N,N,..."
+    elif origin is dict:
+        kwargs["type"] = _json_dict
+        kwargs["metavar"] = "JSON"
+    elif hint in (int, float, str):
+        kwargs["type"] = hint
+    else:
+        raise TypeError(f"no flag type for field {field.name}: {hint}")
+    parser.add_argument(_flag(field.name), **kwargs)
+
+
+def _int_tuple(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") from None
+
+
+def _json_dict(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}: {err}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
+
+
+def _config_flags(parser: argparse.ArgumentParser) -> None:
+    for cls in (GRPOConfig, RunConfig):
+        hints = get_type_hints(cls)
+        group = parser.add_argument_group(f"{cls.__name__} fields")
+        for field in dataclasses.fields(cls):
+            if field.name != "run":
+                _add_field(group, field, hints[field.name])  # type: ignore[arg-type]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grpo", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train a policy (every config field is a flag)")
+    train.add_argument("--config", type=Path, help="a config.json to start from (flags override)")
+    _config_flags(train)
+
+    evaluate = sub.add_parser("eval", help="evaluate a checkpoint")
+    evaluate.add_argument("--checkpoint", type=Path, required=True)
+    evaluate.add_argument("--episodes", type=int, default=100)
+    evaluate.add_argument("--sampled", action="store_true", help="sample actions (default: greedy)")
+    evaluate.add_argument("--num-envs", type=int, default=None, help="default: min(episodes, 1024)")
+    evaluate.add_argument("--device", default="auto")
+    evaluate.add_argument("--seed", type=int, default=12345)
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+
+    play = sub.add_parser("play", help="record or show a trained agent")
+    play.add_argument("--checkpoint", type=Path, required=True)
+    play.add_argument(
+        "--out", type=Path, default=Path("agent.gif"), help=".gif (or .mp4 with imageio)"
+    )
+    play.add_argument("--ansi", action="store_true", help="print text frames instead of a file")
+    play.add_argument("--steps", type=int, default=200)
+    play.add_argument("--fps", type=int, default=10)
+    play.add_argument("--seed", type=int, default=0)
+    play.add_argument("--device", default="cpu")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> GRPOConfig:
+    """Defaults, then `--config` file, then flags; invalid values raise `ValueError`."""
+    base: dict[str, Any] = GRPOConfig().to_dict()
+    if args.config:
+        try:
+            loaded = json.loads(args.config.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise ValueError(f"--config {args.config}: {err}") from None
+        base.update({k: v for k, v in loaded.items() if k != "run"})
+        base["run"].update(loaded.get("run", {}))
+    run_fields = {f.name for f in dataclasses.fields(RunConfig)}
+    for name, value in vars(args).items():
+        if name in run_fields:
+            base["run"][name] = value
+        elif name in base:
+            base[name] = value
+    return GRPOConfig.from_dict(base)
+
+
+def _train(args: argparse.Namespace) -> int:
+    import torch
+
+    from grpo_trainer.accel import resolve_device
+    from grpo_trainer.evaluation import make_envs
+    from grpo_trainer.trainer import GRPOTrainer
+
+    config = config_from_args(args)
+    device = resolve_device(config.run.device)
+    envs = make_envs(config, config.num_envs, device)
+    log.info("training %s on %s with %d sub-envs", config.run.env, device, config.num_envs)
+    torch.set_float32_matmul_precision("high")
+    metrics = GRPOTrainer(envs, config).train()
+    envs.close()
+    return 0 if metrics or config.run.resume else 1
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from grpo_trainer.accel import resolve_device
+    from grpo_trainer.evaluation import evaluate, load_policy, make_envs
+
+    if args.episodes < 1:
+        raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
+    device = resolve_device(args.device)
+    policy, config, _ = load_policy(args.checkpoint, device)
+    num_envs = args.num_envs or min(args.episodes, 1024)
+    envs = make_envs(config, num_envs, device)
+    result = evaluate(policy, envs, args.episodes, greedy=not args.sampled, seed=args.seed)
+    result["greedy"] = float(not args.sampled)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for name, value in result.items():
+            print(f"{name:>24}  {value:.4f}")
+    return 0
+
+
+def _play(args: argparse.Namespace) -> int:
+    from grpo_trainer.accel import resolve_device
+    from grpo_trainer.evaluation import load_policy, make_envs
+    from grpo_trainer.recording import play_episode
+
+    device = resolve_device(args.device)
+    policy, config, _ = load_policy(args.checkpoint, device)
+    mode = "ansi" if args.ansi else "rgb_array"
+    envs = make_envs(config, 1, device, render_mode=mode)
+    frames = play_episode(policy, envs, steps=args.steps, seed=args.seed)
+    if args.ansi:
+        for frame in frames:
+            print(frame, end="\n\n")
+        return 0
+    from grpo_trainer.recording import write_animation
+
+    write_animation(frames, args.out, fps=args.fps)
+    print(f"wrote {len(frames)} frames to {args.out}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    command = {"train": _train, "eval": _eval, "play": _play}[args.command]
+    del args.command, args.verbose
+    try:
+        return command(args)
+    except ValueError as err:
+        parser.exit(2, f"grpo {command.__name__[1:]}: error: {err}\n")
+    except OSError as err:
+        parser.exit(1, f"grpo: error: {err}\n")
+    except Exception as err:
+        from grpo_trainer.checkpoint import CheckpointError
+        from grpo_trainer.trainer import TrainingStopped
+
+        if isinstance(err, (CheckpointError, TrainingStopped)):
+            parser.exit(1, f"grpo: error: {err}\n")
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""Policies derived from Gymnasium spaces: an encoder for the observation, a head for the action.
+
+Every head has one interface, so the rollout and the loss never branch on the action type:
+
+* `noise(batch, generator)` draws the randomness for sampling (kept outside compiled code);
+* `sample(params, noise)` -> `(action, logp)`, `greedy(params)` -> action;
+* `log_prob_entropy(params, action)` -> `(logp, entropy)`;
+* `to_env(action)` turns a stored action into what the env expects (e.g. clipped to bounds).
+"""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+
+class ActionHead(nn.Module):
+    """Base class: maps features to distribution parameters and defines the distribution."""
+
+    param_dim: int
+    action_shape: tuple[int, ...]
+    action_dtype: torch.dtype  # dtype the rollout stores actions in
+
+    def noise(self, batch: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+        raise NotImplementedError
+
+    def sample(
+        self, params: torch.Tensor, noise: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def log_prob_entropy(
+        self, params: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def to_env(self, action: torch.Tensor) -> torch.Tensor:
+        return action
+
+
+def _index_dtype(n: int) -> torch.dtype:
+    return torch.uint8 if n <= 256 else torch.int32
+
+
+class CategoricalHead(ActionHead):
+    """`Discrete(n)`: logits, sampled with the Gumbel-max trick."""
+
+    def __init__(self, n: int, start: int = 0) -> None:
+        super().__init__()
+        self.n, self.start = n, start
+        self.param_dim, self.action_shape = n, ()
+        self.action_dtype = _index_dtype(n)
+
+    def noise(self, batch: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+        return torch.rand((batch, self.n), generator=generator, device=device)
+
+    def sample(
+        self, params: torch.Tensor, noise: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logp_all = torch.log_softmax(params.float(), -1)
+        gumbel = -torch.log(-torch.log(noise.clamp(1e-20, 1.0 - 1e-7)))
+        action = torch.argmax(logp_all + gumbel, -1)
+        return action, logp_all.gather(-1, action[..., None]).squeeze(-1)
+
+    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+        return torch.argmax(params, -1)
+
+    def log_prob_entropy(
+        self, params: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logp_all = torch.log_softmax(params.float(), -1)
+        logp = logp_all.gather(-1, action.long()[..., None]).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        return logp, entropy
+
+    def to_env(self, action: torch.Tensor) -> torch.Tensor:
+        return action.long() + self.start
+
+
+class MultiCategoricalHead(ActionHead):
+    """`MultiDiscrete(nvec)`: independent categoricals, padded to one `(D, max_n)` block."""
+
+    def __init__(self, nvec: np.ndarray, start: np.ndarray) -> None:
+        super().__init__()
+        nvec = np.asarray(nvec).reshape(-1)
+        self.dims, self.width = len(nvec), int(nvec.max())
+        self.param_dim, self.action_shape = self.dims * self.width, (self.dims,)
+        self.action_dtype = _index_dtype(self.width)
+        invalid = torch.arange(self.width)[None, :] >= torch.as_tensor(nvec)[:, None]
+        self.register_buffer("invalid", invalid, persistent=False)
+        self.register_buffer("start", torch.as_tensor(start).reshape(-1).long(), persistent=False)
+
+    def _logp_all(self, params: torch.Tensor) -> torch.Tensor:
+        logits = params.float().unflatten(-1, (self.dims, self.width))
+        return torch.log_softmax(logits.masked_fill(self.invalid, -1e9), -1)
+
+    def noise(self, batch: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+        return torch.rand((batch, self.dims, self.width), generator=generator, device=device)
+
+    def sample(
+        self, params: torch.Tensor, noise: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logp_all = self._logp_all(params)
+        gumbel = -torch.log(-torch.log(noise.clamp(1e-20, 1.0 - 1e-7)))
+        action = torch.argmax(logp_all + gumbel, -1)
+        return action, logp_all.gather(-1, action[..., None]).squeeze(-1).sum(-1)
+
+    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+        return torch.argmax(self._logp_all(params), -1)
+
+    def log_prob_entropy(
+        self, params: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logp_all = self._logp_all(params)
+        logp = logp_all.gather(-1, action.long()[..., None]).squeeze(-1).sum(-1)
+        entropy = -(logp_all.exp() * logp_all).sum((-1, -2))
+        return logp, entropy
+
+    def to_env(self, action: torch.Tensor) -> torch.Tensor:
+        return action.long() + self.start
+
+
+class GaussianHead(ActionHead):
+    """`Box` actions: diagonal Gaussian with a learned, state-independent log-std.
+
+    Unclipped samples are stored (their log-prob is exact); the env gets them clipped.
+    """
+
+    def __init__(self, space: gym.spaces.Box) -> None:
+        super().__init__()
+        self.action_shape = tuple(space.shape)
+        size = int(np.prod(self.action_shape))
+        self.param_dim, self.action_dtype = size, torch.float32
+        self.log_std = nn.Parameter(torch.zeros(size))
+        self.register_buffer(
+            "low", torch.as_tensor(space.low, dtype=torch.float32), persistent=False
+        )
+        self.register_buffer(
+            "high", torch.as_tensor(space.high, dtype=torch.float32), persistent=False
+        )
+
+    def noise(self, batch: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+        return torch.randn((batch, self.param_dim), generator=generator, device=device)
+
+    def _logp(self, mean: torch.Tensor, flat_action: torch.Tensor) -> torch.Tensor:
+        z = (flat_action - mean) * torch.exp(-self.log_std)
+        return (-0.5 * z**2 - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    def sample(
+        self, params: torch.Tensor, noise: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        mean = params.float()
+        flat = mean + torch.exp(self.log_std) * noise
+        return flat.unflatten(-1, self.action_shape), self._logp(mean, flat)
+
+    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+        return params.float().unflatten(-1, self.action_shape)
+
+    def log_prob_entropy(
+        self, params: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logp = self._logp(params.float(), action.float().flatten(-len(self.action_shape)))
+        entropy = (self.log_std + 0.5 * math.log(2 * math.pi * math.e)).sum().expand_as(logp)
+        return logp, entropy
+
+    def to_env(self, action: torch.Tensor) -> torch.Tensor:
+        return torch.maximum(torch.minimum(action, self.high), self.low)
+
+
+def make_head(space: gym.Space) -> ActionHead:
+    """The action head for a single sub-env's action space."""
+    if isinstance(space, gym.spaces.Discrete):
+        return CategoricalHead(int(space.n), int(space.start))
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return MultiCategoricalHead(space.nvec, space.start)
+    if isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating):
+        return GaussianHead(space)
+    raise ValueError(
+        f"unsupported action space {space}: use Discrete, MultiDiscrete or a float Box"
+    )
+
+
+def is_image_space(space: gym.Space) -> bool:
+    """A uint8 Box of shape (C, H, W): encoded by the CNN."""
+    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
+
+
+class Policy(nn.Module):
+    """Encoder (MLP, or a small CNN for images) followed by an action head. No dropout."""
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        hidden_sizes: tuple[int, ...] = (64, 64),
+        activation: str = "tanh",
+    ) -> None:
+        super().__init__()
+        act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
+        self.head = make_head(action_space)
+        if is_image_space(observation_space):
+            channels, height, width = observation_space.shape
+            self.scale = 1.0 / 255.0
+            conv = nn.Sequential(
+                nn.Conv2d(channels, 16, 3, padding=1),
+                nn.ReLU(),
+                nn.Conv2d(16, 32, 3, stride=2, padding=1),
+                nn.ReLU(),
+                nn.Flatten(),
+            )
+            with torch.no_grad():
+                in_dim = conv(torch.zeros(1, channels, height, width)).shape[1]
+            layers: list[nn.Module] = [conv]
+        elif isinstance(observation_space, gym.spaces.Box):
+            self.scale = 1.0
+            in_dim = int(np.prod(observation_space.shape))
+            layers = [nn.Flatten()]
+        else:
+            raise ValueError(
+                f"unsupported observation space {observation_space}: use a Box "
+                "(flat features, or uint8 images shaped (C, H, W))"
+            )
+        for size in hidden_sizes:
+            linear = nn.Linear(in_dim, size)
+            nn.init.orthogonal_(linear.weight, math.sqrt(2))
+            nn.init.zeros_(linear.bias)
+            layers += [linear, act()]
+            in_dim = size
+        out = nn.Linear(in_dim, self.head.param_dim)
+        nn.init.orthogonal_(out.weight, 0.01)  # near-uniform initial policy
+        nn.init.zeros_(out.bias)
+        self.body = nn.Sequential(*layers, out)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Distribution parameters for a batch of observations (any stored dtype)."""
+        x = obs.to(torch.float32)
+        if self.scale != 1.0:
+            x = x * self.scale
+        return self.body(x)
+
+    def sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.head.sample(self(obs), noise)
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.head.greedy(self(obs))
+
+    def log_prob_entropy(
+        self, obs: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.head.log_prob_entropy(self(obs), action)
