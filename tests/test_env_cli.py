@@ -32,18 +32,24 @@ from fruit_env.cli import (
     run_demo,
 )
 
+# JAX, once another test imported it, warns on every fork; subprocesses exec at once (harmless).
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 ROOT = Path(__file__).resolve().parents[1]
+# Subprocesses import this checkout's fruit_env, whatever else is on the path.
+SUBPROCESS_ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+}
 
 
 def run_cli(*args: str, stdin: int | None = subprocess.DEVNULL) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "fruit_env", *args],
         cwd=ROOT,
         stdin=stdin,
         capture_output=True,
         text=True,
-        env=env,
+        env=SUBPROCESS_ENV,
         timeout=120,
     )
 
@@ -266,7 +272,7 @@ def test_quickstart_example_runs() -> None:
         text=True,
         timeout=120,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=SUBPROCESS_ENV,
     )
     assert done.returncode == 0, done.stderr
     assert re.fullmatch(
@@ -291,7 +297,7 @@ def test_record_video_example_writes_a_file(tmp_path: Path) -> None:
         text=True,
         timeout=120,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=SUBPROCESS_ENV,
     )
     assert done.returncode == 0, done.stderr
     files = [p for p in tmp_path.iterdir() if p.suffix in (".mp4", ".gif")]

@@ -14,6 +14,8 @@ from fruit_env import FruitCatcherVectorEnv
 from fruit_env.core import BASKET_PIXEL, FRUIT_PIXEL
 from fruit_env.render import SCALE
 
+# JAX, once another test imported it, warns on every fork; subprocesses exec at once (harmless).
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 W, H = 20, 15
 ACTIONS = [0, 0, 2, 1, 2, 2, 2, 0, 1, 1]
 

@@ -330,3 +330,39 @@ def test_numpy_actions_are_moved_to_the_cuda_env() -> None:
     view.step(np.array([2, 1, 0, 2]))
     assert spy.actions.device == torch.device("cuda", 0)
     assert env.state.basket.tolist() == [9, 8, 7, 9]
+
+
+@CUDA
+def test_dlpack_view_with_cupy_shares_cuda_memory_both_ways() -> None:
+    cp = pytest.importorskip("cupy")
+    env, spy = recorded("cuda", autoreset_mode="SAME_STEP", max_episode_steps=2)
+    view = DLPackView(spy, cp)
+    outputs, refs = [view.reset(seed=5)], [spy.last]
+    for step in range(4):
+        actions = cp.asarray(ACTIONS[step % 3])
+        outputs.append(view.step(actions))
+        refs.append(spy.last)
+        assert spy.actions.device == env.device
+        assert spy.actions.data_ptr() == actions.data.ptr  # no copy on the way in either
+    for out, ref in zip(outputs, refs, strict=True):
+        for array, tensor in zip(leaves(out), tensors(ref), strict=True):
+            assert isinstance(array, cp.ndarray)
+            assert array.data.ptr == tensor.data_ptr()
+            np.testing.assert_array_equal(cp.asnumpy(array), tensor.cpu().numpy())
+
+
+@CUDA
+def test_dlpack_view_with_jax_on_the_gpu_shares_buffers() -> None:
+    jax = pytest.importorskip("jax")
+    try:
+        jax.devices("gpu")
+    except RuntimeError:
+        pytest.skip("JAX has no GPU backend here")
+    _, spy = recorded("cuda")
+    view = DLPackView(spy, jax.numpy)
+    obs, _ = view.reset(seed=0)
+    assert obs.unsafe_buffer_pointer() == spy.last[0].data_ptr()
+    obs, reward, *_ = view.step(jax.numpy.asarray(ACTIONS[0], dtype=jax.numpy.int32))
+    assert {device.platform for device in obs.devices()} == {"gpu"}
+    assert reward.unsafe_buffer_pointer() == spy.last[1].data_ptr()
+    assert spy.actions.tolist() == ACTIONS[0].tolist()
