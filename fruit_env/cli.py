@@ -37,6 +37,11 @@ def chase_policy(obs: torch.Tensor) -> torch.Tensor:
     `obs` is the feature observation `(N, 1 + 3*slots)`: basket centre, then (x, y, active) per
     slot. Centre and fruit columns share one scale, so "fruit above the centre" is equality.
     """
+    if obs.dim() != 2 or obs.shape[1] % 3 != 1 or not obs.dtype.is_floating_point:
+        raise ValueError(
+            "chase_policy needs feature observations (N, 1 + 3*slots) of floats, got "
+            f"{obs.dtype} {tuple(obs.shape)}"
+        )
     centre = obs[:, 0]
     x, y, active = obs[:, 1:].unflatten(1, (-1, 3)).unbind(-1)
     falling = active > 0.5

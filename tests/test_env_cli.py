@@ -173,6 +173,14 @@ def test_chase_policy_moves_toward_the_lowest_active_fruit() -> None:
     assert actions.tolist() == [RIGHT, LEFT, STAY, RIGHT, STAY, RIGHT]
 
 
+def test_chase_policy_rejects_pixel_observations() -> None:
+    pixels, _ = FruitCatcherVectorEnv(2, obs_mode="pixels").reset(seed=0)
+    with pytest.raises(
+        ValueError, match=r"feature observations .* got torch.uint8 \(2, 1, 15, 20\)"
+    ):
+        chase_policy(pixels)
+
+
 def test_chase_policy_matches_the_env_observation_layout() -> None:
     env = FruitCatcherVectorEnv(1)
     obs, _ = env.reset(seed=0)
