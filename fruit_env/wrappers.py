@@ -42,7 +42,7 @@ def env_device(env: VectorEnv) -> torch.device:
     )
 
 
-def to_torch(value: Any, device: torch.device) -> Any:
+def to_torch(value: Any, device: torch.device) -> torch.Tensor:
     """Actions or a reset mask from numpy / DLPack / Python values to a tensor on `device`.
 
     numpy arrays go through `torch.from_numpy` and DLPack producers through `torch.from_dlpack`,
@@ -50,19 +50,15 @@ def to_torch(value: Any, device: torch.device) -> Any:
     are copied first, because torch cannot alias memory it must not write.
     """
     if isinstance(value, torch.Tensor):
-        tensor = value
-    elif isinstance(value, (np.ndarray, np.generic)):
-        array = np.asarray(value)
-        if not array.flags.writeable or not array.dtype.isnative:
-            array = np.array(array, dtype=array.dtype.newbyteorder("="))
-        tensor = torch.from_numpy(array)
-    elif hasattr(value, "__dlpack__"):
-        tensor = torch.from_dlpack(value)
-    else:
-        array = np.asarray(value)
-        if array.dtype == object:
-            raise TypeError(f"cannot convert {type(value).__name__} {value!r} to a tensor")
-        tensor = torch.from_numpy(array)
+        return value.to(device, non_blocking=True)
+    if hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray):
+        return torch.from_dlpack(value).to(device, non_blocking=True)
+    array = np.asarray(value)
+    if array.dtype.kind not in "biuf":  # strings, objects, ...: no numeric tensor to make
+        raise TypeError(f"cannot convert {type(value).__name__} {value!r} to a tensor")
+    if not array.flags.writeable or not array.dtype.isnative:
+        array = np.array(array, dtype=array.dtype.newbyteorder("="))
+    tensor = torch.from_numpy(array)
     return tensor.to(device, non_blocking=True)
 
 

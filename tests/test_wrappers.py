@@ -179,6 +179,10 @@ def test_invalid_actions_still_raise_the_env_error() -> None:
         view.step(np.array([0, 1, 3, 1]))
     with pytest.raises(TypeError, match="cannot convert"):
         view.step([object()] * N)
+    with pytest.raises(TypeError, match=r"cannot convert list \['a', 'b', 'c', 'd'\]"):
+        view.step(list("abcd"))
+    with pytest.raises(TypeError, match="cannot convert ndarray"):
+        view.step(np.array(list("abcd")))
 
 
 def test_views_keep_spaces_metadata_and_num_envs() -> None:
