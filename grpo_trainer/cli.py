@@ -130,17 +130,24 @@ def config_from_args(args: argparse.Namespace) -> GRPOConfig:
 def _train(args: argparse.Namespace) -> int:
     import torch
 
+    from grpo_trainer import distributed
     from grpo_trainer.accel import resolve_device
     from grpo_trainer.evaluation import make_envs
     from grpo_trainer.trainer import GRPOTrainer
 
     config = config_from_args(args)
-    device = resolve_device(config.run.device)
-    envs = make_envs(config, config.num_envs, device)
-    log.info("training %s on %s with %d sub-envs", config.run.env, device, config.num_envs)
-    torch.set_float32_matmul_precision("high")
-    metrics = GRPOTrainer(envs, config).train()
-    envs.close()
+    # Under torchrun: join the process group; each rank gets its own device and envs.
+    device = distributed.init_from_env(resolve_device(config.run.device))
+    if not distributed.is_main():
+        logging.getLogger().setLevel(logging.WARNING)  # rank 0 reports progress
+    try:
+        envs = make_envs(config, config.num_envs, device)
+        log.info("training %s on %s with %d sub-envs", config.run.env, device, config.num_envs)
+        torch.set_float32_matmul_precision("high")
+        metrics = GRPOTrainer(envs, config).train()
+        envs.close()
+    finally:
+        distributed.shutdown()
     return 0 if metrics or config.run.resume else 1
 
 

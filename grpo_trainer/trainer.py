@@ -21,7 +21,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from grpo_trainer import checkpoint
+from grpo_trainer import checkpoint, distributed
 from grpo_trainer.accel import (
     Compiled,
     autocast,
@@ -82,7 +82,7 @@ class GRPOTrainer:
     def __init__(self, envs: gym.vector.VectorEnv, config: GRPOConfig | None = None) -> None:
         self.config = cfg = config or GRPOConfig()
         run = cfg.run
-        self.device = resolve_device(run.device)
+        self.device = distributed.rank_device(resolve_device(run.device))
         check_amp(run.amp, self.device)
         self.env = EnvIO(envs, self.device)
         if self.env.num_envs != cfg.num_envs:
@@ -95,7 +95,7 @@ class GRPOTrainer:
             raise ValueError(
                 "max_episode_steps is not set and the env's spec has no limit; set it in the config"
             )
-        self.rank, self.world_size = 0, 1  # set by grpo_trainer.distributed
+        self.rank, self.world_size = distributed.rank_and_world()
 
         torch.manual_seed(run.seed)
         self.policy = Policy(
@@ -108,6 +108,12 @@ class GRPOTrainer:
             self.policy.parameters(), cfg.lr, cfg.weight_decay, run.fused_optimizer
         )
         self.scaler = torch.amp.GradScaler("cuda") if run.amp == "fp16" else None
+        # The update's forward goes through DDP (gradients averaged); the rollout does not.
+        self._log_prob_entropy = (
+            distributed.data_parallel(self.policy)
+            if self.world_size > 1
+            else self.policy.log_prob_entropy
+        )
         compile_on = should_compile(run.compile, self.device)
         self._sample = Compiled(self._sample_eager, compile_on, "policy sampling")
         self._loss = Compiled(self._loss_eager, compile_on, "loss")
@@ -129,6 +135,7 @@ class GRPOTrainer:
         self.best_return = -math.inf
         self.run_dir = Path(run.run_dir) if run.run_dir else None
         self._stop_signal: str | None = None
+        self._pending_signal: str | None = None  # distributed: acted on once all ranks agree
         if run.resume:
             self.load(run.resume)
 
@@ -148,6 +155,10 @@ class GRPOTrainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
+        if self.world_size > 1:  # a resume on the same world size replays it exactly
+            self.generator.manual_seed(
+                distributed.rank_seed(cfg.run.seed, self.update_index, self.rank)
+            )
         clock = _Clock(self.device)
         obs = self.env.reset_groups(self._group_seeds(), cfg.group_size)
         self.policy.eval()
@@ -186,7 +197,15 @@ class GRPOTrainer:
         }
         for name, total in stats.info_sums.items():
             device_metrics[f"episode_{name}"] = total / stats.info_counts[name].clamp_min(1)
+        if self.world_size > 1:  # figures of the whole batch, the same on every rank
+            device_metrics = distributed.reduce_metrics(
+                device_metrics,
+                {f"episode_{name}": count for name, count in stats.info_counts.items()},
+                stop=self._pending_signal is not None,
+            )
         m = to_host(device_metrics)  # the update's one device-to-host copy
+        if m.pop(distributed.STOP, 0.0):  # some rank was signalled: every rank stops here
+            self._stop_signal = self._pending_signal or "a signal to another rank"
         durations = clock.durations()
 
         self.update_index += 1
@@ -195,7 +214,7 @@ class GRPOTrainer:
         m.update(
             update=self.update_index,
             env_steps=self.env_steps,
-            simulated_steps=horizon * cfg.num_envs,
+            simulated_steps=horizon * cfg.num_envs * self.world_size,
             horizon=horizon,
             lr=lr,
             rollout_s=durations["rollout"],
@@ -214,7 +233,10 @@ class GRPOTrainer:
         actions = self.buffer.actions[:horizon].flatten(0, 1)
         old_logp = self.buffer.logp[:horizon].flatten()
         advantages, weights = advantages.flatten(), weights.flatten()
-        normaliser = weights.sum().clamp_min(1.0) / cfg.minibatches
+        # DDP averages gradients over ranks, so each rank divides by the global count over
+        # world_size: the step is that of one process on the concatenated batch.
+        valid = distributed.sum_over_ranks(weights.sum()) if self.world_size > 1 else weights.sum()
+        normaliser = valid.clamp_min(1.0) / (cfg.minibatches * self.world_size)
         totals = torch.zeros(len(LossTerms._fields) + 2, device=self.device)
         steps = cfg.epochs * cfg.minibatches
         for _ in range(cfg.epochs):
@@ -282,7 +304,7 @@ class GRPOTrainer:
     ) -> LossTerms:
         cfg = self.config
         with autocast(cfg.run.amp, self.device):
-            logp, entropy = self.policy.log_prob_entropy(obs, actions)
+            logp, entropy = self._log_prob_entropy(obs, actions)
             ref_logp = None
             if self.reference is not None:
                 with torch.no_grad():
@@ -406,7 +428,10 @@ class GRPOTrainer:
             return
 
         def request_stop(signum: int, _frame: Any) -> None:
-            self._stop_signal = signal.Signals(signum).name
+            if self.world_size > 1:  # ranks must agree on the last update: see update()
+                self._pending_signal = signal.Signals(signum).name
+            else:
+                self._stop_signal = signal.Signals(signum).name
 
         previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
