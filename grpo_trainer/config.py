@@ -60,26 +60,26 @@ class GRPOConfig:
     """The GRPO algorithm. Defaults train FruitCatcher-v0 to a 0.7+ catch rate on 2 CPU cores."""
 
     # Batch: num_groups x group_size sub-envs; each member plays one episode per update.
-    num_groups: int = 32
+    num_groups: int = 16
     group_size: int = 8
-    total_env_steps: int = 3_000_000  # valid (in-episode) steps to train for
+    total_env_steps: int = 6_000_000  # valid (in-episode) steps to train for
     max_episode_steps: int | None = None  # rollout horizon; None: the env's own limit
     # Advantages.
     advantage: AdvantageMode = "per_step"
-    scale: ScaleMode = "group_std"
-    gamma: float = 0.9
+    scale: ScaleMode = "batch_std"
+    gamma: float = 0.95
     zero_std_eps: float = 1e-6  # groups whose return spread is below this are dropped
     # Loss.
     clip_low: float = 0.2
     clip_high: float = 0.28  # DAPO's clip-higher
-    epochs: int = 2
-    minibatches: int = 4
+    epochs: int = 4
+    minibatches: int = 8
     micro_batches: int = 1  # gradient accumulation inside each minibatch
     kl_coef: float = 0.0
     ref_update_every: int = 0  # refresh the KL reference every K updates (0: never)
     entropy_coef: float = 0.01
     max_grad_norm: float = 1.0
-    lr: float = 3e-3
+    lr: float = 1e-2
     lr_schedule: Schedule = "linear"
     warmup_fraction: float = 0.0
     weight_decay: float = 0.0
