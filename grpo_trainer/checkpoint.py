@@ -1,33 +1,115 @@
-"""Checkpoints: atomic writes, the last K kept, safe loading, fallback past corrupted files.
+"""Checkpoints: atomic writes, a SHA-256 of the contents, the last K kept, safe loading.
 
 A checkpoint is a plain dict of tensors, numbers, strings and lists, so it loads with
 `torch.load(weights_only=True)`: loading never runs code from the file.
+
+Integrity. `torch.load` notices a truncated file or a broken zip directory, but not a bit
+flipped inside tensor data: the values just change. So every checkpoint carries, under the
+key `"sha256"`, a SHA-256 over its own contents (every key, number, string, and every
+tensor's dtype, shape and bytes). It lives inside the file, so one atomic rename publishes
+data and digest together (a sidecar file could disagree with its twin after a crash), and
+the file stays an ordinary `torch.load`-able dict.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import logging
 import os
 import re
+import struct
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-FORMAT_VERSION = 1
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 2  # 2: adds the "sha256" digest
+DIGEST_KEY = "sha256"
 _NUMBERED = re.compile(r"update-(\d+)\.pt$")
+_TEMP = re.compile(r"^\..+\.tmp-(\d+)$")
+# Config fields that decide the network's shape or function: a checkpoint trained with other
+# values cannot drive this network, even where the tensor shapes happen to agree.
+ARCHITECTURE_FIELDS = ("hidden_sizes", "activation")
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, unreadable, corrupted or incompatible."""
 
 
-def atomic_save(payload: dict[str, Any], path: Path) -> None:
-    """Write to a temporary file in the same folder, flush to disk, then rename over `path`.
+# -- digest ------------------------------------------------------------------------------------
 
-    A crash at any moment leaves either the old file or the new one, never a partial one.
+
+def payload_digest(payload: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of everything in `payload` except its own `"sha256"` entry.
+
+    Hashes values, not pickle bytes, so it is the same before saving (tensors possibly on
+    CUDA) and after loading (tensors on the CPU).
+    """
+    h = hashlib.sha256()
+    _feed(h, {k: v for k, v in payload.items() if k != DIGEST_KEY})
+    return h.hexdigest()
+
+
+def _feed(h: Any, value: Any) -> None:
+    """Feed one value, type-tagged and length-prefixed so that no two values collide."""
+
+    def chunk(tag: bytes, data: bytes | memoryview) -> None:
+        h.update(tag + struct.pack("<Q", len(data)))
+        h.update(data)
+
+    if isinstance(value, torch.Tensor):
+        t = value.detach().to("cpu").contiguous().reshape(-1)
+        chunk(b"T", f"{t.dtype}{tuple(value.shape)}".encode())
+        chunk(b"D", memoryview(t.view(torch.uint8).numpy()))
+    elif isinstance(value, Mapping):
+        chunk(b"M", str(len(value)).encode())
+        for key, item in value.items():
+            _feed(h, key)
+            _feed(h, item)
+    elif isinstance(value, (list, tuple)):  # one tag: a round trip must not change the digest
+        chunk(b"L", str(len(value)).encode())
+        for item in value:
+            _feed(h, item)
+    elif isinstance(value, str):
+        chunk(b"S", value.encode())
+    elif isinstance(value, bytes):
+        chunk(b"B", value)
+    elif value is None or isinstance(value, (bool, int, float)):
+        chunk(b"N", f"{type(value).__name__}:{value!r}".encode())
+    else:  # torch.dtype, torch.device, ...: their repr is stable
+        chunk(b"R", f"{type(value).__name__}:{value!r}".encode())
+
+
+def _to_cpu(value: Any) -> Any:
+    """The payload with every tensor on the CPU: one device copy, shared by hash and save."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_cpu(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_to_cpu(v) for v in value)
+    return value
+
+
+# -- saving ------------------------------------------------------------------------------------
+
+
+def atomic_save(payload: dict[str, Any], path: Path) -> None:
+    """Add the digest, write to a temporary file in the same folder, fsync, rename over `path`.
+
+    A crash at any moment leaves either the old file or the new one, never a partial one; an
+    error (a full disk, say) removes the temporary file and leaves the old `path` as it was.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    payload = _to_cpu(payload)
+    payload[DIGEST_KEY] = payload_digest(payload)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
@@ -35,13 +117,21 @@ def atomic_save(payload: dict[str, Any], path: Path) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            hint = " (disk full)" if err.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+            raise OSError(
+                err.errno,
+                f"cannot write checkpoint {path}{hint}: {err.strerror or err}; "
+                "the checkpoints already on disk are unchanged",
+            ) from err
         raise
     _fsync_dir(path.parent)
 
 
 def _fsync_dir(folder: Path) -> None:
+    """Make the rename itself durable (POSIX); silently skipped where directories can't sync."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -55,25 +145,73 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def save_rotating(payload: dict[str, Any], folder: Path, update: int, keep: int) -> Path:
-    """Save `update-NNNNNNN.pt` and `last.pt`; delete numbered files beyond the newest `keep`."""
+    """Save `update-NNNNNNN.pt`, then `last.pt`; keep the newest `keep` numbered files.
+
+    Numbered files *newer* than `update` belong to a history this run abandoned (it resumed
+    from an older checkpoint); they are removed so that "newest" always means "latest".
+    """
+    remove_stale_temp_files(folder)
     path = folder / f"update-{update:07d}.pt"
     atomic_save(payload, path)
     atomic_save(payload, folder / "last.pt")
-    for old in numbered_checkpoints(folder)[keep:]:
+    numbered = numbered_checkpoints(folder)
+    for old in numbered:
+        if _number(old) > update:
+            log.warning("removing %s: newer than the resumed run's update %d", old, update)
+            old.unlink(missing_ok=True)
+    for old in [p for p in numbered if _number(p) <= update][keep:]:
         old.unlink(missing_ok=True)
     return path
 
 
+def prepare_folder(folder: Path) -> None:
+    """Create `folder` and prove it writable now, not at the first checkpoint an hour later."""
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = folder / f".write-probe-{os.getpid()}"
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"ok")
+            f.flush()
+            os.fsync(f.fileno())
+    finally:
+        probe.unlink(missing_ok=True)
+    remove_stale_temp_files(folder)
+
+
+def remove_stale_temp_files(folder: Path) -> None:
+    """Delete temporary files left by a process killed mid-save (its pid no longer runs)."""
+    for tmp in folder.glob(".*.tmp-*"):
+        m = _TEMP.match(tmp.name)
+        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+            tmp.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists but belongs to someone else
+        return True
+    return True
+
+
+def _number(path: Path) -> int:
+    m = _NUMBERED.search(path.name)
+    return int(m.group(1)) if m else -1
+
+
 def numbered_checkpoints(folder: Path) -> list[Path]:
     """Numbered checkpoints in `folder`, newest first."""
-    found = [
-        (int(m.group(1)), p) for p in folder.glob("update-*.pt") if (m := _NUMBERED.search(p.name))
-    ]
+    found = [(_number(p), p) for p in folder.glob("update-*.pt") if _NUMBERED.search(p.name)]
     return [p for _, p in sorted(found, reverse=True)]
 
 
+# -- loading -----------------------------------------------------------------------------------
+
+
 def load(path: Path | str) -> dict[str, Any]:
-    """Load one checkpoint safely, or raise `CheckpointError` saying what is wrong."""
+    """Load one checkpoint safely and verify its digest, or raise `CheckpointError` saying why."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
@@ -81,24 +219,41 @@ def load(path: Path | str) -> dict[str, Any]:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise CheckpointError(
-            f"checkpoint {path} cannot be loaded safely (corrupted, truncated, or it holds "
+            f"checkpoint {path} cannot be loaded safely (truncated, corrupted, or it holds "
             f"objects other than tensors and plain data): {err}"
         ) from None
-    if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION:
+    if not isinstance(payload, dict) or "format_version" not in payload:
         raise CheckpointError(f"checkpoint {path} is not a grpo_trainer checkpoint")
+    if payload["format_version"] != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {path} has format version {payload['format_version']!r}; "
+            f"this grpo_trainer reads version {FORMAT_VERSION}"
+        )
+    recorded = payload.get(DIGEST_KEY)
+    actual = payload_digest(payload)
+    if recorded != actual:
+        raise CheckpointError(
+            f"checkpoint {path} is corrupted: its contents hash to sha256 {actual[:16]}…, "
+            f"but the file records {str(recorded)[:16]}…"
+        )
     return payload
 
 
 def load_for_resume(path: Path | str) -> tuple[dict[str, Any], Path]:
-    """A file loads as it is; a run directory falls back from `last.pt` to older files.
+    """A file loads as it is; a run directory falls back from the newest file to older ones.
 
-    Corrupted candidates are skipped with a warning; if none loads, `CheckpointError`.
+    Order: the newest numbered file, `last.pt` (its twin, written just after it), then older
+    numbered files. Unusable candidates are skipped with a warning; if none loads,
+    `CheckpointError` lists why each failed.
     """
     path = Path(path)
     if path.is_file():
         return load(path), path
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint {path} does not exist")
     folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-    candidates = [folder / "last.pt", *numbered_checkpoints(folder)]
+    numbered = numbered_checkpoints(folder)
+    candidates = [*numbered[:1], folder / "last.pt", *numbered[1:]]
     errors = []
     for candidate in candidates:
         if not candidate.is_file():
@@ -108,4 +263,29 @@ def load_for_resume(path: Path | str) -> tuple[dict[str, Any], Path]:
         except CheckpointError as err:
             warnings.warn(f"skipping unusable checkpoint: {err}", RuntimeWarning, stacklevel=2)
             errors.append(str(err))
+    if not errors:
+        raise CheckpointError(f"no checkpoint in {folder} (expected last.pt or update-*.pt)")
     raise CheckpointError(f"no usable checkpoint in {folder}" + "".join(f"\n  {e}" for e in errors))
+
+
+def check_compatible(
+    payload: Mapping[str, Any], where: Path, spaces: Mapping[str, str], config: Mapping[str, Any]
+) -> None:
+    """Refuse a checkpoint made for other spaces or another network, naming each difference."""
+    saved_spaces = payload.get("spaces") or {}
+    problems = [
+        f"{name}: checkpoint {saved_spaces.get(name)!r}, this env {spaces[name]!r}"
+        for name in spaces
+        if saved_spaces.get(name) != spaces[name]
+    ]
+    saved = payload.get("config") or {}
+    for name in ARCHITECTURE_FIELDS:
+        ours, theirs = config[name], saved.get(name)
+        if isinstance(ours, (list, tuple)) and isinstance(theirs, (list, tuple)):
+            ours, theirs = list(ours), list(theirs)
+        if ours != theirs:
+            problems.append(f"{name}: checkpoint {theirs!r}, this config {ours!r}")
+    if problems:
+        raise CheckpointError(
+            f"checkpoint {where} is incompatible with this run: " + "; ".join(problems)
+        )

@@ -412,7 +412,7 @@ class GRPOTrainer:
     def _prepare_run_dir(self) -> None:
         assert self.run_dir is not None
         try:
-            (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+            checkpoint.prepare_folder(self.run_dir / "checkpoints")
             config_path = self.run_dir / "config.json"
             checkpoint_tmp = config_path.with_suffix(".json.tmp")
             checkpoint_tmp.write_text(json.dumps(self.config.to_dict(), indent=2))
@@ -462,22 +462,25 @@ class GRPOTrainer:
     def load(self, path: str | Path) -> Path:
         """Continue from a checkpoint file or run directory (newest usable checkpoint)."""
         payload, found = checkpoint.load_for_resume(path)
-        signature = self._space_signature()
-        if payload["spaces"] != signature:
-            raise checkpoint.CheckpointError(
-                f"checkpoint {found} was trained on different spaces: "
-                f"{payload['spaces']} vs this env's {signature}"
-            )
+        checkpoint.check_compatible(payload, found, self._space_signature(), self.config.to_dict())
+        # The optimiser's implementation is this run's choice, not the checkpoint's: a fused
+        # step with `found_inf` on a foreach optimiser would fail an assertion in torch.
+        implementation = [
+            {k: g[k] for k in ("fused", "foreach") if k in g} for g in self.optimizer.param_groups
+        ]
         try:
+            copy.deepcopy(self.policy).load_state_dict(payload["policy"])  # nothing half-loaded
             self.policy.load_state_dict(payload["policy"])
-            if self.reference is not None and payload["reference"] is not None:
-                self.reference.load_state_dict(payload["reference"])
+            if self.reference is not None:  # a run that had no reference starts it from here
+                self.reference.load_state_dict(payload["reference"] or payload["policy"])
             self.optimizer.load_state_dict(payload["optimizer"])
         except (RuntimeError, ValueError, KeyError) as err:
             raise checkpoint.CheckpointError(
                 f"checkpoint {found} does not fit this network (hidden_sizes, activation or "
                 f"action head differ): {err}"
             ) from None
+        for group, kept in zip(self.optimizer.param_groups, implementation, strict=True):
+            group.update(kept)
         if self.scaler and payload["scaler"]:
             self.scaler.load_state_dict(payload["scaler"])
         self.generator.set_state(payload["generator"])
