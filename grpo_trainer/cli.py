@@ -10,6 +10,8 @@ import argparse
 import dataclasses
 import json
 import logging
+import re
+import signal
 import sys
 import types
 import typing
@@ -114,8 +116,10 @@ def config_from_args(args: argparse.Namespace) -> GRPOConfig:
     if args.config:
         try:
             loaded = json.loads(args.config.read_text())
-        except (OSError, json.JSONDecodeError) as err:
+        except (OSError, ValueError) as err:  # ValueError: bad JSON, or not UTF-8 at all
             raise ValueError(f"--config {args.config}: {err}") from None
+        if not isinstance(loaded, dict) or not isinstance(loaded.get("run", {}), dict):
+            raise ValueError(f"--config {args.config}: expected a JSON object like config.json")
         base.update({k: v for k, v in loaded.items() if k != "run"})
         base["run"].update(loaded.get("run", {}))
     run_fields = {f.name for f in dataclasses.fields(RunConfig)}
@@ -141,13 +145,23 @@ def _train(args: argparse.Namespace) -> int:
     if not distributed.is_main():
         logging.getLogger().setLevel(logging.WARNING)  # rank 0 reports progress
     try:
-        envs = make_envs(config, config.num_envs, device)
+        try:
+            envs = make_envs(config, config.num_envs, device)
+        except (TypeError, ValueError) as err:  # the env's own check of its kwargs
+            raise ValueError(
+                f"argument --env/--env-kwargs: cannot make {config.run.env!r} with "
+                f"{config.run.env_kwargs}: {err}"
+            ) from None
         log.info("training %s on %s with %d sub-envs", config.run.env, device, config.num_envs)
         torch.set_float32_matmul_precision("high")
-        metrics = GRPOTrainer(envs, config).train()
+        trainer = GRPOTrainer(envs, config)
+        metrics = trainer.train()
         envs.close()
     finally:
         distributed.shutdown()
+    if trainer.stop_signal:  # stopped early, checkpoint written: 128 + signal, as shells do
+        number = getattr(signal.Signals, trainer.stop_signal, signal.SIGTERM)
+        return 128 + int(number)
     return 0 if metrics or config.run.resume else 1
 
 
@@ -201,20 +215,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     command = {"train": _train, "eval": _eval, "play": _play}[args.command]
     del args.command, args.verbose
+    name = command.__name__[1:]
     try:
         return command(args)
     except ValueError as err:
-        parser.exit(2, f"grpo {command.__name__[1:]}: error: {err}\n")
+        parser.exit(2, f"grpo {name}: error: {_name_flag(parser, name, str(err))}\n")
     except OSError as err:
-        parser.exit(1, f"grpo: error: {err}\n")
+        parser.exit(1, f"grpo {name}: error: {err}\n")
+    except KeyboardInterrupt:
+        parser.exit(130, f"grpo {name}: interrupted; nothing saved since the last checkpoint\n")
     except Exception as err:
         from grpo_trainer.checkpoint import CheckpointError
         from grpo_trainer.trainer import TrainingStopped
 
-        if isinstance(err, (CheckpointError, TrainingStopped)):
-            parser.exit(1, f"grpo: error: {err}\n")
+        if isinstance(err, CheckpointError):  # an unusable --resume / --checkpoint: bad input
+            flag = "--resume" if name == "train" else "--checkpoint"
+            parser.exit(2, f"grpo {name}: error: argument {flag}: {err}\n")
+        if isinstance(err, TrainingStopped):
+            parser.exit(1, f"grpo {name}: error: {err}\n")
+        if isinstance(err.__cause__, OSError):  # e.g. the metrics writer hit a full disk
+            parser.exit(1, f"grpo {name}: error: {err}\n")
         raise
     return 0
+
+
+def _name_flag(parser: argparse.ArgumentParser, command: str, message: str) -> str:
+    """Prefix `argument --flag:` (argparse's own style) when a message starts with a field name.
+
+    Config validation names fields (`num_groups must be ...`); on the command line the
+    user typed `--num-groups`, so that is what the error should say.
+    """
+    if message.startswith(("argument ", "--")):
+        return message
+    word = re.match(r"[a-z_]+", message)
+    sub = next(
+        (a.choices[command] for a in parser._actions if isinstance(a, argparse._SubParsersAction)),
+        None,
+    )
+    if word is None or sub is None:
+        return message
+    flags = {a.dest: a.option_strings[0] for a in sub._actions if a.option_strings}
+    flag = flags.get(word.group(0))
+    return f"argument {flag}: {message}" if flag else message
 
 
 if __name__ == "__main__":
