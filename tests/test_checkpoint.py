@@ -1,0 +1,306 @@
+"""Checkpoints: full round-trip, bit-exact resume, atomic writes, rotation, safe loading."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import pytest
+import torch
+
+import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
+from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, checkpoint
+from grpo_trainer.checkpoint import CheckpointError
+
+# 4 groups x 4 members x 24-step games: 384 valid steps per update.
+STEPS_PER_UPDATE = 16 * 24
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """Shared 2-core machine: one intra-op thread avoids oversubscription (10x slowdowns)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _trainer(*, run_dir: Path | None = None, resume: Path | None = None, **kw: Any) -> GRPOTrainer:
+    run = RunConfig(
+        progress=False,
+        device="cpu",
+        seed=kw.pop("seed", 5),
+        run_dir=str(run_dir) if run_dir else None,
+        resume=str(resume) if resume else None,
+        checkpoint_every=kw.pop("checkpoint_every", 0),
+        keep_checkpoints=kw.pop("keep_checkpoints", 3),
+    )
+    fields: dict[str, Any] = {
+        "num_groups": 4,
+        "group_size": 4,
+        "max_episode_steps": 24,
+        "hidden_sizes": (16,),
+        "lr": 1e-2,
+        "kl_coef": 0.1,  # so the reference policy is saved and restored too
+        "ref_update_every": 2,
+        "total_env_steps": 10**6,
+    }
+    cfg = GRPOConfig(**{**fields, **kw}, run=run)
+    envs = gym.make_vec("FruitCatcher-v0", num_envs=cfg.num_envs, max_episode_steps=24)
+    return GRPOTrainer(envs, cfg)
+
+
+def _assert_same_state(a: GRPOTrainer, b: GRPOTrainer, *, best: bool = True) -> None:
+    """Parameters, reference, optimizer state, generator and counters are identical."""
+    for (name, x), (_, y) in zip(
+        a.policy.state_dict().items(), b.policy.state_dict().items(), strict=True
+    ):
+        assert torch.equal(x, y), name
+    assert a.reference is not None and b.reference is not None
+    for x, y in zip(a.reference.parameters(), b.reference.parameters(), strict=True):
+        assert torch.equal(x, y)
+    sa, sb = a.optimizer.state_dict(), b.optimizer.state_dict()
+    assert sa["param_groups"] == sb["param_groups"]
+    assert sa["state"].keys() == sb["state"].keys() and sa["state"]
+    for key in sa["state"]:
+        for field, value in sa["state"][key].items():
+            assert torch.equal(value, sb["state"][key][field]), (key, field)
+    assert torch.equal(a.generator.get_state(), b.generator.get_state())
+    assert (a.update_index, a.env_steps, a.horizon) == (b.update_index, b.env_steps, b.horizon)
+    if best:
+        assert a.best_return == b.best_return
+
+
+def test_state_dict_round_trip(tmp_path: Path) -> None:
+    """state_dict -> atomic_save -> load into a fresh trainer restores everything."""
+    trained = _trainer()
+    for _ in range(2):
+        trained.update()
+    trained.best_return = 1.5
+    path = tmp_path / "ckpt.pt"
+    checkpoint.atomic_save(trained.state_dict(), path)
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # no temporary left behind
+
+    fresh = _trainer(seed=99)  # different initial weights and generator
+    assert fresh.load(path) == path
+    _assert_same_state(trained, fresh)
+    assert fresh.update_index == 2 and fresh.env_steps == 2 * STEPS_PER_UPDATE
+
+
+def test_checkpoint_holds_only_plain_data(tmp_path: Path) -> None:
+    """A checkpoint loads with weights_only=True and carries the config as JSON data."""
+    trainer = _trainer()
+    trainer.update()
+    path = tmp_path / "c.pt"
+    checkpoint.atomic_save(trainer.state_dict(), path)
+    payload = torch.load(path, weights_only=True)
+    assert payload["format_version"] == checkpoint.FORMAT_VERSION
+    assert GRPOConfig.from_dict(payload["config"]) == trainer.config
+    assert payload["spaces"]["action_space"] == "Discrete(3)"
+
+
+def test_exact_resume_is_bit_identical(tmp_path: Path) -> None:
+    """Train K updates, checkpoint, continue M; a fresh trainer loaded from the checkpoint and
+    run for M updates ends with bit-identical weights (CPU, fixed seeds)."""
+    k, m = 2, 3  # with ref_update_every=2, the reference is refreshed after the resume too
+    original = _trainer()
+    for _ in range(k):
+        original.update()
+    path = tmp_path / "k.pt"
+    checkpoint.atomic_save(original.state_dict(), path)
+    expected = [original.update() for _ in range(m)]
+
+    resumed = _trainer()  # same config (its seed also seeds the groups' games)
+    resumed.load(path)
+    got = [resumed.update() for _ in range(m)]
+    _assert_same_state(original, resumed)
+    for a, b in zip(expected, got, strict=True):
+        for key in ("return_mean", "loss", "kl", "entropy", "env_steps", "horizon"):
+            assert a[key] == b[key], key
+
+
+def test_resume_via_run_config(tmp_path: Path) -> None:
+    """RunConfig(resume=run_dir) continues from the newest checkpoint to the same result as an
+    uninterrupted run (constant lr, so the schedule does not depend on the budget)."""
+    budget = 4 * STEPS_PER_UPDATE
+    straight = _trainer(total_env_steps=budget, lr_schedule="constant")
+    straight.train()
+
+    first = tmp_path / "first"
+    part = _trainer(run_dir=first, total_env_steps=2 * STEPS_PER_UPDATE, lr_schedule="constant")
+    part.train()
+    assert part.update_index == 2
+    assert (first / "checkpoints" / "last.pt").is_file()
+
+    resumed = _trainer(
+        run_dir=tmp_path / "second", resume=first, total_env_steps=budget, lr_schedule="constant"
+    )
+    assert resumed.update_index == 2  # loaded in the constructor
+    resumed.train()
+    assert resumed.update_index == straight.update_index == 4
+    for x, y in zip(straight.policy.parameters(), resumed.policy.parameters(), strict=True):
+        assert torch.equal(x, y)
+
+
+def test_resume_from_a_numbered_checkpoint_file(tmp_path: Path) -> None:
+    """A periodic checkpoint file resumes at its own update, whatever came after it."""
+    budget = 3 * STEPS_PER_UPDATE
+    run_dir = tmp_path / "run"
+    full = _trainer(run_dir=run_dir, total_env_steps=budget, checkpoint_every=1)
+    full.train()
+    middle = run_dir / "checkpoints" / "update-0000001.pt"
+    resumed = _trainer(resume=middle, total_env_steps=budget)
+    assert resumed.update_index == 1
+    resumed.train()
+    # best_return is only tracked with a run_dir (and see the xfail test below).
+    _assert_same_state(full, resumed, best=False)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="trainer._after_update writes the periodic checkpoint before updating best_return, "
+    "so update-N.pt records the best return of updates < N only (-inf in update-1.pt)",
+)
+def test_periodic_checkpoint_records_the_best_return_so_far(tmp_path: Path) -> None:
+    """update-N.pt's best_return is the best mean return of updates 1..N, so a run resumed
+    from it does not overwrite best.pt with a worse policy."""
+    run_dir = tmp_path / "run"
+    _trainer(run_dir=run_dir, total_env_steps=2 * STEPS_PER_UPDATE, checkpoint_every=1).train()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    first = checkpoint.load(run_dir / "checkpoints" / "update-0000001.pt")
+    assert first["best_return"] == rows[0]["return_mean"]
+
+
+def test_run_dir_layout_rotation_and_best(tmp_path: Path) -> None:
+    """train() writes config.json, one metrics line per update, the newest `keep` numbered
+    checkpoints, last.pt (the final state) and best.pt (the best mean return)."""
+    run_dir = tmp_path / "run"
+    trainer = _trainer(
+        run_dir=run_dir,
+        total_env_steps=5 * STEPS_PER_UPDATE,
+        checkpoint_every=1,
+        keep_checkpoints=2,
+    )
+    trainer.train()
+    assert GRPOConfig.from_dict(json.loads((run_dir / "config.json").read_text())) == (
+        trainer.config
+    )
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == [1, 2, 3, 4, 5]
+    folder = run_dir / "checkpoints"
+    assert sorted(p.name for p in folder.glob("update-*.pt")) == [
+        "update-0000004.pt",
+        "update-0000005.pt",
+    ]
+    assert not list(folder.glob(".*tmp*"))
+    last = checkpoint.load(folder / "last.pt")
+    assert last["update_index"] == 5
+    best = checkpoint.load(folder / "best.pt")
+    best_row = max(rows, key=lambda r: r["return_mean"])
+    assert best["best_return"] == best_row["return_mean"]
+    assert best["update_index"] == best_row["update"]
+
+
+def test_atomic_save_keeps_the_old_file_when_writing_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure mid-write leaves the previous checkpoint intact and no temporary file."""
+    path = tmp_path / "last.pt"
+    checkpoint.atomic_save({"format_version": checkpoint.FORMAT_VERSION, "x": 1}, path)
+
+    def failing_save(obj: Any, f: Any) -> None:
+        f.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        checkpoint.atomic_save({"format_version": checkpoint.FORMAT_VERSION, "x": 2}, path)
+    monkeypatch.undo()
+    assert checkpoint.load(path)["x"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+def test_corrupted_last_falls_back_to_an_older_checkpoint(tmp_path: Path) -> None:
+    """Resuming from a run directory skips a truncated last.pt, with a warning."""
+    folder = tmp_path / "checkpoints"
+    for update in (1, 2):
+        checkpoint.save_rotating(
+            {"format_version": checkpoint.FORMAT_VERSION, "update_index": update}, folder, update, 3
+        )
+    for name in ("last.pt", "update-0000002.pt"):  # the newest state, in both its copies
+        data = (folder / name).read_bytes()
+        (folder / name).write_bytes(data[: len(data) // 2])
+    with pytest.warns(RuntimeWarning, match="skipping unusable checkpoint"):
+        payload, found = checkpoint.load_for_resume(tmp_path)
+    assert found == folder / "update-0000001.pt" and payload["update_index"] == 1
+
+
+def test_no_usable_checkpoint_raises(tmp_path: Path) -> None:
+    """A missing file, an empty run directory, or only corrupted files: CheckpointError."""
+    with pytest.raises(CheckpointError, match="does not exist"):
+        checkpoint.load(tmp_path / "nope.pt")
+    with pytest.raises(CheckpointError, match=r"no (usable )?checkpoint in"):
+        checkpoint.load_for_resume(tmp_path)
+    (tmp_path / "last.pt").write_bytes(b"not a checkpoint")
+    with (
+        pytest.warns(RuntimeWarning, match="skipping"),
+        pytest.raises(CheckpointError, match="no usable checkpoint"),
+    ):
+        checkpoint.load_for_resume(tmp_path)
+
+
+class _Payload:
+    """Not plain data: unpickling it would run code, so weights_only loading must refuse it."""
+
+
+def test_loading_refuses_arbitrary_objects(tmp_path: Path) -> None:
+    """Files holding pickled objects, or dicts that are not ours, are rejected."""
+    path = tmp_path / "evil.pt"
+    torch.save({"format_version": checkpoint.FORMAT_VERSION, "x": _Payload()}, path)
+    with pytest.raises(CheckpointError, match="cannot be loaded safely"):
+        checkpoint.load(path)
+    torch.save({"weights": torch.zeros(1)}, path)
+    with pytest.raises(CheckpointError, match="not a grpo_trainer checkpoint"):
+        checkpoint.load(path)
+
+
+def test_incompatible_checkpoints_are_refused(tmp_path: Path) -> None:
+    """A checkpoint from other spaces or another network shape raises CheckpointError."""
+    trainer = _trainer()
+    path = tmp_path / "c.pt"
+    checkpoint.atomic_save(trainer.state_dict(), path)
+
+    pixels = gym.make_vec("FruitCatcher-v0", num_envs=16, obs_mode="pixels")
+    run = RunConfig(progress=False, device="cpu")
+    other_space = GRPOTrainer(
+        pixels, GRPOConfig(num_groups=4, group_size=4, max_episode_steps=8, run=run)
+    )
+    with pytest.raises(CheckpointError, match="observation_space"):
+        other_space.load(path)
+
+    wider = _trainer(hidden_sizes=(32,))
+    with pytest.raises(CheckpointError, match="hidden_sizes"):
+        wider.load(path)
+
+
+def test_sigint_stops_after_the_update_and_checkpoints(tmp_path: Path) -> None:
+    """SIGINT during training finishes the current update, writes last.pt and returns."""
+    trainer = _trainer(run_dir=tmp_path / "run", total_env_steps=10**6)
+    update = trainer.update
+
+    def update_then_interrupt() -> dict[str, float]:
+        metrics = update()
+        os.kill(os.getpid(), signal.SIGINT)  # handled by the trainer: a stop request
+        return metrics
+
+    trainer.update = update_then_interrupt  # type: ignore[method-assign]
+    handler = signal.getsignal(signal.SIGINT)
+    metrics = trainer.train()
+    assert trainer.update_index == 1 and metrics["update"] == 1
+    assert checkpoint.load(tmp_path / "run" / "checkpoints" / "last.pt")["update_index"] == 1
+    assert signal.getsignal(signal.SIGINT) is handler  # the previous handler is restored

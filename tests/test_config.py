@@ -1,0 +1,154 @@
+"""`GRPOConfig` and `RunConfig`: every bad field raises `ValueError` naming it; JSON round-trips."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+import pytest
+
+from grpo_trainer.config import GRPOConfig, RunConfig
+
+# (field, bad value): one row per validation rule of GRPOConfig.
+BAD_GRPO_FIELDS: list[tuple[str, Any]] = [
+    ("num_groups", 0),
+    ("num_groups", 2.5),
+    ("num_groups", True),  # a bool is not an int here
+    ("group_size", 1),  # a group of one has nothing to compare with
+    ("total_env_steps", 0),
+    ("max_episode_steps", 0),
+    ("epochs", 0),
+    ("minibatches", 0),
+    ("micro_batches", 0),
+    ("ref_update_every", -1),
+    ("advantage", "bogus"),
+    ("scale", "bogus"),
+    ("lr_schedule", "bogus"),
+    ("activation", "gelu"),
+    ("obs_storage", "int8"),
+    ("gamma", 1.5),
+    ("gamma", -0.1),
+    ("gamma", math.nan),
+    ("zero_std_eps", -1.0),
+    ("clip_low", 0.0),
+    ("clip_low", 1.0),
+    ("clip_high", 0.0),
+    ("kl_coef", -0.1),
+    ("entropy_coef", -0.1),
+    ("max_grad_norm", 0.0),
+    ("lr", 0.0),
+    ("lr", "abc"),
+    ("warmup_fraction", 1.0),
+    ("weight_decay", -1.0),
+    ("hidden_sizes", (0,)),
+    ("hidden_sizes", (64, True)),
+    ("hidden_sizes", "64"),
+    ("run", "cpu"),
+]
+
+BAD_RUN_FIELDS: list[tuple[str, Any]] = [
+    ("amp", "bogus"),
+    ("seed", -1),
+    ("seed", 1.5),
+    ("checkpoint_every", -1),
+    ("keep_checkpoints", 0),
+    ("max_consecutive_skips", 0),
+    ("env", ""),
+    ("env_kwargs", "width=10"),
+    ("device", ""),
+    ("compile", "yes"),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), BAD_GRPO_FIELDS)
+def test_bad_grpo_field_raises_naming_it(field: str, value: Any) -> None:
+    """Each invalid GRPOConfig value raises ValueError whose message starts with the field."""
+    with pytest.raises(ValueError, match=rf"^{field}\b"):
+        GRPOConfig(**{field: value})
+
+
+@pytest.mark.parametrize(("field", "value"), BAD_RUN_FIELDS)
+def test_bad_run_field_raises_naming_it(field: str, value: Any) -> None:
+    """Each invalid RunConfig value raises ValueError whose message starts with the field."""
+    with pytest.raises(ValueError, match=rf"^{field}\b"):
+        RunConfig(**{field: value})
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="config._check_float accepts +inf for fields with no upper bound, so lr=inf "
+    "validates and training diverges to non-finite parameters",
+)
+def test_infinite_learning_rate_is_rejected() -> None:
+    """lr must be a finite positive number."""
+    with pytest.raises(ValueError, match=r"^lr\b"):
+        GRPOConfig(lr=math.inf)
+
+
+def test_boundary_values_are_accepted() -> None:
+    """The edges of each closed range are valid (and floats given as ints become floats)."""
+    cfg = GRPOConfig(
+        num_groups=1,
+        group_size=2,
+        gamma=0,
+        zero_std_eps=0,
+        clip_low=0.5,
+        warmup_fraction=0.0,
+        kl_coef=0,
+        entropy_coef=0,
+        ref_update_every=0,
+        max_episode_steps=1,
+    )
+    assert cfg.num_envs == 2
+    assert isinstance(cfg.gamma, float) and cfg.gamma == 0.0
+    assert GRPOConfig(gamma=1.0).gamma == 1.0
+
+
+def test_num_envs_is_groups_times_size() -> None:
+    """num_envs = num_groups * group_size."""
+    assert GRPOConfig(num_groups=3, group_size=5).num_envs == 15
+
+
+def test_dict_round_trip_through_json() -> None:
+    """to_dict -> JSON -> from_dict rebuilds an equal config (tuples survive as lists)."""
+    cfg = GRPOConfig(
+        num_groups=3,
+        hidden_sizes=(16, 8),
+        advantage="outcome",
+        run=RunConfig(seed=7, amp="bf16", env_kwargs={"width": 10}, compile=False),
+    )
+    data = json.loads(json.dumps(cfg.to_dict()))
+    assert data["hidden_sizes"] == [16, 8]
+    again = GRPOConfig.from_dict(data)
+    assert again == cfg
+    assert again.hidden_sizes == (16, 8)
+    assert isinstance(again.run, RunConfig)
+
+
+def test_from_dict_rejects_unknown_fields() -> None:
+    """Typos in a saved config are errors, in the algorithm part and in the run part."""
+    data = GRPOConfig().to_dict()
+    with pytest.raises(ValueError, match=r"GRPOConfig field.*num_grops"):
+        GRPOConfig.from_dict({**data, "num_grops": 4})
+    data["run"]["sed"] = 1
+    with pytest.raises(ValueError, match=r"RunConfig field.*sed"):
+        GRPOConfig.from_dict(data)
+
+
+def test_run_given_as_dict_and_hidden_sizes_as_list_are_converted() -> None:
+    """A nested dict becomes a RunConfig (validated), a list of sizes becomes a tuple."""
+    cfg = GRPOConfig(run={"seed": 3}, hidden_sizes=[4, 4])  # type: ignore[arg-type]
+    assert cfg.run == RunConfig(seed=3)
+    assert cfg.hidden_sizes == (4, 4)
+    with pytest.raises(ValueError, match=r"^seed"):
+        GRPOConfig(run={"seed": -3})  # type: ignore[arg-type]
+
+
+def test_every_field_has_a_default_that_validates() -> None:
+    """The defaults form a valid config, and every field appears in to_dict()."""
+    cfg = GRPOConfig()
+    names = {f.name for f in dataclasses.fields(GRPOConfig)}
+    assert set(cfg.to_dict()) == names
+    assert set(cfg.to_dict()["run"]) == {f.name for f in dataclasses.fields(RunConfig)}

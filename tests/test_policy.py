@@ -1,0 +1,305 @@
+"""Policies and action heads (`grpo_trainer.policy`) against `torch.distributions`."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
+from grpo_trainer.policy import (
+    CategoricalHead,
+    GaussianHead,
+    MultiCategoricalHead,
+    Policy,
+    is_image_space,
+    make_head,
+)
+
+BATCH = 256
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# -- Discrete ----------------------------------------------------------------------------------
+
+
+def test_categorical_log_prob_and_entropy_match_torch() -> None:
+    """log_prob_entropy equals Categorical(logits).log_prob / entropy on random inputs."""
+    head = make_head(gym.spaces.Discrete(5))
+    assert isinstance(head, CategoricalHead)
+    g = _gen()
+    params = torch.randn(BATCH, 5, generator=g) * 3
+    action = torch.randint(0, 5, (BATCH,), generator=g).to(head.action_dtype)
+    logp, entropy = head.log_prob_entropy(params, action)
+    dist = Categorical(logits=params)
+    torch.testing.assert_close(logp, dist.log_prob(action.long()))
+    torch.testing.assert_close(entropy, dist.entropy())
+
+
+def test_categorical_sample_is_valid_and_its_logp_is_the_log_prob() -> None:
+    """Sampling from uniform noise gives in-range actions whose logp is their log-prob."""
+    head = make_head(gym.spaces.Discrete(5))
+    g = _gen(1)
+    params = torch.randn(BATCH, 5, generator=g) * 3
+    noise = head.noise(BATCH, g, torch.device("cpu"))
+    assert noise.shape == (BATCH, 5) and bool(((noise >= 0) & (noise < 1)).all())
+    action, logp = head.sample(params, noise)
+    assert action.shape == (BATCH,)
+    assert bool(((action >= 0) & (action < 5)).all())
+    torch.testing.assert_close(logp, head.log_prob_entropy(params, action)[0])
+    # The noise is the only randomness: the same noise gives the same actions.
+    assert torch.equal(head.sample(params, noise)[0], action)
+
+
+def test_categorical_sampling_follows_the_distribution() -> None:
+    """Gumbel-max with uniform noise samples Categorical(softmax(logits)).
+
+    With n draws, each action's frequency has standard error sqrt(p (1 - p) / n); every
+    frequency must lie within 5 of them (a false alarm has probability below 1e-5).
+    """
+    n = 20_000
+    head = make_head(gym.spaces.Discrete(4))
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    action, _ = head.sample(logits.expand(n, 4), head.noise(n, _gen(2), torch.device("cpu")))
+    freq = torch.bincount(action, minlength=4).double() / n
+    p = torch.softmax(logits.double(), -1)
+    se = (p * (1 - p) / n).sqrt()
+    assert bool(((freq - p).abs() < 5 * se).all()), (freq, p)
+
+
+def test_discrete_start_is_added_for_the_env_only() -> None:
+    """Discrete(3, start=-1): stored actions are indices 0..2, the env gets -1..1."""
+    space = gym.spaces.Discrete(3, start=-1)
+    head = make_head(space)
+    stored = torch.tensor([0, 1, 2], dtype=head.action_dtype)
+    env_action = head.to_env(stored)
+    assert env_action.tolist() == [-1, 0, 1]
+    assert all(space.contains(int(a)) for a in env_action)
+
+
+def test_action_storage_dtype_is_the_smallest_that_fits() -> None:
+    """Indices are stored as uint8 up to 256 choices, int32 beyond."""
+    assert make_head(gym.spaces.Discrete(256)).action_dtype == torch.uint8
+    head = make_head(gym.spaces.Discrete(300))
+    assert head.action_dtype == torch.int32
+    params = torch.zeros(1, 300)
+    params[0, 299] = 50.0  # all the mass on the last index, which does not fit in a uint8
+    action, _ = head.sample(params, head.noise(1, _gen(), torch.device("cpu")))
+    assert action.to(head.action_dtype).item() == 299
+
+
+# -- MultiDiscrete -----------------------------------------------------------------------------
+
+NVEC = np.array([2, 5, 3])
+START = np.array([0, 1, -1])
+
+
+def _multi_head() -> MultiCategoricalHead:
+    head = make_head(gym.spaces.MultiDiscrete(NVEC, start=START))
+    assert isinstance(head, MultiCategoricalHead)
+    return head
+
+
+def _per_dim_dists(params: torch.Tensor) -> list[Categorical]:
+    """The independent categoricals: dimension i uses the first nvec[i] logits of its block."""
+    width = int(NVEC.max())
+    blocks = params.unflatten(-1, (len(NVEC), width))
+    return [Categorical(logits=blocks[:, i, :n]) for i, n in enumerate(NVEC)]
+
+
+def test_multi_discrete_log_prob_and_entropy_match_torch() -> None:
+    """logp and entropy are the sums over independent per-dimension categoricals."""
+    head = _multi_head()
+    assert head.param_dim == len(NVEC) * int(NVEC.max())
+    g = _gen(3)
+    params = torch.randn(BATCH, head.param_dim, generator=g) * 2
+    action = torch.stack([torch.randint(0, int(n), (BATCH,), generator=g) for n in NVEC], -1)
+    logp, entropy = head.log_prob_entropy(params, action.to(head.action_dtype))
+    dists = _per_dim_dists(params)
+    expected_logp = sum(d.log_prob(action[:, i]) for i, d in enumerate(dists))
+    expected_entropy = sum(d.entropy() for d in dists)
+    torch.testing.assert_close(logp, expected_logp)
+    torch.testing.assert_close(entropy, expected_entropy)
+
+
+def test_multi_discrete_never_samples_an_invalid_index() -> None:
+    """With unequal nvec, padded slots are never chosen, whatever the noise; logp matches."""
+    head = _multi_head()
+    g = _gen(4)
+    space = gym.spaces.MultiDiscrete(NVEC, start=START)
+    # Uniform logits, so every valid index is likely; and adversarial noise that favours
+    # exactly the padded slots (u -> 1 gives the largest Gumbel value).
+    params = torch.zeros(BATCH, head.param_dim)
+    noise = head.noise(BATCH, g, torch.device("cpu"))
+    adversarial = torch.where(head.invalid, 1.0, 0.0).expand_as(noise)
+    for u in (noise, adversarial):
+        action, logp = head.sample(params, u)
+        assert action.shape == (BATCH, len(NVEC))
+        assert bool((action < torch.as_tensor(NVEC)).all())
+        torch.testing.assert_close(logp, head.log_prob_entropy(params, action)[0])
+        env_action = head.to_env(action).numpy()
+        assert all(space.contains(a) for a in env_action)
+    # Uniform logits and random noise over 256 draws reach every valid index of every dim.
+    action, _ = head.sample(params, noise)
+    for i, n in enumerate(NVEC):
+        assert set(action[:, i].tolist()) == set(range(int(n)))
+
+
+def test_multi_discrete_greedy_ignores_padding() -> None:
+    """greedy picks the best valid index even when a padded slot has the largest raw logit."""
+    head = _multi_head()
+    params = torch.zeros(1, head.param_dim)
+    blocks = params.view(1, len(NVEC), int(NVEC.max()))
+    blocks[0, 0, 4] = 100.0  # padding of dimension 0 (nvec 2)
+    blocks[0, 0, 1] = 1.0
+    assert head.greedy(params)[0, 0].item() == 1
+
+
+# -- Box ---------------------------------------------------------------------------------------
+
+BOX = gym.spaces.Box(
+    low=np.array([[-1.0, 0.0, -2.0], [-0.5, -3.0, 0.0]], dtype=np.float32),
+    high=np.array([[1.0, 1.0, 2.0], [0.5, 3.0, 4.0]], dtype=np.float32),
+)
+
+
+def _gaussian_head() -> GaussianHead:
+    head = make_head(BOX)
+    assert isinstance(head, GaussianHead)
+    with torch.no_grad():
+        head.log_std.copy_(torch.linspace(-1.0, 0.5, head.param_dim))
+    return head
+
+
+def test_gaussian_log_prob_and_entropy_match_torch() -> None:
+    """Diagonal Gaussian: logp and entropy equal Normal(mean, exp(log_std)) summed over dims."""
+    head = _gaussian_head()
+    g = _gen(5)
+    params = torch.randn(BATCH, head.param_dim, generator=g)
+    action = torch.randn(BATCH, *BOX.shape, generator=g) * 2
+    logp, entropy = head.log_prob_entropy(params, action)
+    dist = Normal(params, head.log_std.exp())
+    torch.testing.assert_close(logp, dist.log_prob(action.flatten(1)).sum(-1))
+    torch.testing.assert_close(entropy, dist.entropy().sum(-1))
+
+
+def test_gaussian_sample_logp_is_exact_and_env_gets_clipped_actions() -> None:
+    """Samples are mean + std * noise, stored unclipped (exact logp); to_env clips to bounds."""
+    head = _gaussian_head()
+    g = _gen(6)
+    params = torch.randn(BATCH, head.param_dim, generator=g)
+    noise = head.noise(BATCH, g, torch.device("cpu")) * 3  # wide, so many fall outside bounds
+    action, logp = head.sample(params, noise)
+    assert action.shape == (BATCH, *BOX.shape)
+    torch.testing.assert_close(
+        action.flatten(1), params + head.log_std.exp() * noise, rtol=1e-6, atol=1e-6
+    )
+    torch.testing.assert_close(logp, head.log_prob_entropy(params, action)[0])
+    low, high = torch.as_tensor(BOX.low), torch.as_tensor(BOX.high)
+    outside = (action < low) | (action > high)
+    assert bool(outside.any())  # the clipping below is exercised
+    clipped = head.to_env(action)
+    assert torch.equal(clipped, torch.clamp(action, low, high))
+    assert all(BOX.contains(a) for a in clipped.detach().numpy())
+
+
+def test_gaussian_greedy_is_the_mean() -> None:
+    """greedy returns the mean, shaped like the action space."""
+    head = _gaussian_head()
+    params = torch.randn(4, head.param_dim, generator=_gen(7))
+    assert torch.equal(head.greedy(params), params.unflatten(-1, BOX.shape))
+
+
+# -- Policy ------------------------------------------------------------------------------------
+
+
+def _has_conv(module: nn.Module) -> bool:
+    return any(isinstance(m, nn.Conv2d) for m in module.modules())
+
+
+def test_cnn_for_pixel_observations_mlp_for_features() -> None:
+    """FruitCatcher's uint8 (1, H, W) pixels get the CNN; its feature vector gets an MLP."""
+    pixels = gym.make_vec("FruitCatcher-v0", num_envs=2, obs_mode="pixels")
+    features = gym.make_vec("FruitCatcher-v0", num_envs=2)
+    try:
+        assert is_image_space(pixels.single_observation_space)
+        assert not is_image_space(features.single_observation_space)
+        cnn = Policy(pixels.single_observation_space, pixels.single_action_space, (16,))
+        mlp = Policy(features.single_observation_space, features.single_action_space, (16,))
+        assert _has_conv(cnn) and not _has_conv(mlp)
+        obs, _ = pixels.reset(seed=0)
+        assert obs.dtype == torch.uint8
+        noise = cnn.head.noise(2, _gen(), torch.device("cpu"))
+        action, logp = cnn.sample(obs, noise)
+        assert action.shape == (2,)
+        torch.testing.assert_close(logp, cnn.log_prob_entropy(obs, action)[0])
+        # The CNN reads pixels scaled to [0, 1]: feeding floats / 255 gives the same output.
+        torch.testing.assert_close(cnn(obs), cnn.body(obs.float() / 255.0))
+    finally:
+        pixels.close()
+        features.close()
+
+
+def test_policy_sample_and_log_prob_agree() -> None:
+    """Policy.sample's logp equals Policy.log_prob_entropy of the sampled action."""
+    obs_space = gym.spaces.Box(-1.0, 1.0, (6,), np.float32)
+    torch.manual_seed(0)
+    policy = Policy(obs_space, gym.spaces.Discrete(3), (8, 8), "relu")
+    obs = torch.rand(32, 6, generator=_gen(8)) * 2 - 1
+    action, logp = policy.sample(obs, policy.head.noise(32, _gen(9), torch.device("cpu")))
+    torch.testing.assert_close(logp, policy.log_prob_entropy(obs, action)[0])
+    assert policy.greedy(obs).shape == (32,)
+
+
+@pytest.mark.parametrize(
+    ("obs_space", "action_space", "match"),
+    [
+        (gym.spaces.Discrete(4), gym.spaces.Discrete(3), "observation space"),
+        (
+            gym.spaces.Dict({"a": gym.spaces.Box(0, 1, (2,))}),
+            gym.spaces.Discrete(3),
+            "observation space",
+        ),
+        (gym.spaces.Box(0, 1, (2,)), gym.spaces.Box(0, 5, (2,), dtype=np.int64), "action space"),
+        (gym.spaces.Box(0, 1, (2,)), gym.spaces.MultiBinary(3), "action space"),
+        (
+            gym.spaces.Box(0, 1, (2,)),
+            gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Discrete(2))),
+            "action space",
+        ),
+    ],
+)
+def test_unsupported_spaces_raise_value_error(
+    obs_space: gym.Space, action_space: gym.Space, match: str
+) -> None:
+    """Spaces the policy cannot handle are rejected with ValueError saying which one."""
+    with pytest.raises(ValueError, match=f"unsupported {match}"):
+        Policy(obs_space, action_space)
+
+
+def test_initial_policy_is_near_uniform() -> None:
+    """The output layer starts orthogonal with gain 0.01 and zero bias, so the first policy is
+    close to uniform.
+
+    Its rows have norm 0.01 and the 64 tanh features have norm at most 8, so every logit lies
+    in [-0.08, 0.08]. Then log p_i - log(1/n) = z_i - (logsumexp(z) - log n) lies within
+    [min z - max z, max z - min z], a subset of [-0.16, 0.16].
+    """
+    obs_space = gym.spaces.Box(0.0, 1.0, (10,), np.float32)
+    torch.manual_seed(0)
+    policy = Policy(obs_space, gym.spaces.Discrete(3))  # hidden (64, 64), tanh
+    out = policy.body[-1]
+    assert isinstance(out, nn.Linear) and out.in_features == 64
+    torch.testing.assert_close(out.weight.norm(dim=1), torch.full((3,), 0.01))
+    assert torch.count_nonzero(out.bias) == 0
+    obs = torch.rand(64, 10, generator=_gen(10))
+    logp_all = torch.log_softmax(policy(obs), -1)
+    assert bool(((logp_all - math.log(1 / 3)).abs() <= 0.16).all())

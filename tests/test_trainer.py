@@ -1,0 +1,501 @@
+"""`GRPOTrainer` end to end on CPU: updates, learning, AMP, compile, fused optimizer, accel."""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import gymnasium as gym
+import pytest
+import torch
+from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+
+import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
+from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, TrainingStopped, accel
+from grpo_trainer.accel import Compiled, make_optimizer, resolve_device, should_compile
+from grpo_trainer.trainer import lr_factor
+
+# What every update reports (see README/DESIGN: observability).
+UPDATE_FIELDS = {
+    "update",
+    "env_steps",
+    "valid_steps",
+    "simulated_steps",
+    "horizon",
+    "steps_per_s",
+    "rollout_s",
+    "update_s",
+    "lr",
+    "return_mean",
+    "return_std",
+    "return_min",
+    "return_max",
+    "group_return_std",
+    "frac_zero_std_groups",
+    "length_mean",
+    "length_max",
+    "frac_finished",
+    "loss",
+    "policy_loss",
+    "kl",
+    "entropy",
+    "clip_fraction",
+    "approx_kl_old",
+    "grad_norm",
+    "skipped_steps",
+    "mem_rss_mib",
+    "mem_peak_rss_mib",
+    "episode_caught",
+    "episode_missed",
+}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """Shared 2-core machine: one intra-op thread avoids oversubscription (10x slowdowns)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _fruit_trainer(
+    num_groups: int = 4, group_size: int = 4, env_kwargs: dict[str, Any] | None = None, **kw: Any
+) -> GRPOTrainer:
+    run_kw = {k: kw.pop(k) for k in list(kw) if k in RunConfig.__dataclass_fields__}
+    run = RunConfig(**{"progress": False, "device": "cpu", **run_kw})
+    kw.setdefault("max_episode_steps", 32)
+    kw.setdefault("hidden_sizes", (16,))
+    cfg = GRPOConfig(num_groups=num_groups, group_size=group_size, run=run, **kw)
+    envs = gym.make_vec("FruitCatcher-v0", num_envs=cfg.num_envs, **(env_kwargs or {}))
+    return GRPOTrainer(envs, cfg)
+
+
+def _params(trainer: GRPOTrainer) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in trainer.policy.parameters()]
+
+
+def _changed(before: list[torch.Tensor], trainer: GRPOTrainer) -> bool:
+    return any(
+        not torch.equal(a, b) for a, b in zip(before, trainer.policy.parameters(), strict=True)
+    )
+
+
+# -- construction ------------------------------------------------------------------------------
+
+
+def test_env_and_config_sizes_must_agree() -> None:
+    """num_envs != num_groups * group_size raises ValueError with both numbers."""
+    envs = gym.make_vec("FruitCatcher-v0", num_envs=6)
+    cfg = GRPOConfig(num_groups=2, group_size=2, run=RunConfig(progress=False, device="cpu"))
+    with pytest.raises(ValueError, match=r"6 sub-envs.*2 x 2 = 4"):
+        GRPOTrainer(envs, cfg)
+
+
+def test_env_without_a_limit_needs_max_episode_steps() -> None:
+    """An env whose spec has no episode limit needs max_episode_steps in the config."""
+    envs = CartPoleVectorEnv(num_envs=4)  # built directly: no spec, no limit
+    run = RunConfig(progress=False, device="cpu")
+    with pytest.raises(ValueError, match="max_episode_steps"):
+        GRPOTrainer(envs, GRPOConfig(num_groups=2, group_size=2, run=run))
+    with pytest.warns(RuntimeWarning, match="list of seeds"):
+        trainer = GRPOTrainer(
+            envs, GRPOConfig(num_groups=2, group_size=2, max_episode_steps=8, run=run)
+        )
+        trainer.update()
+    assert trainer.horizon <= 16
+
+
+def test_bad_device_raises_naming_it() -> None:
+    """A device name torch does not know is a ValueError naming the device."""
+    with pytest.raises(ValueError, match="device 'bogus'"):
+        _fruit_trainer(device="bogus")
+
+
+# -- one update --------------------------------------------------------------------------------
+
+
+def test_update_reports_every_documented_metric() -> None:
+    """update() returns finite host floats for every documented field and counts env steps."""
+    trainer = _fruit_trainer()
+    before = _params(trainer)
+    m = trainer.update()
+    assert set(m) >= UPDATE_FIELDS, UPDATE_FIELDS - set(m)
+    assert all(isinstance(v, float | int) and math.isfinite(v) for v in m.values()), m
+    assert m["update"] == 1 and trainer.update_index == 1
+    # Every member played the full 32-step horizon (FruitCatcher games last 200 steps).
+    assert m["valid_steps"] == 16 * 32 and m["env_steps"] == trainer.env_steps == 16 * 32
+    assert m["simulated_steps"] == 16 * 32
+    assert m["lr"] == trainer.config.lr  # linear schedule at progress 0
+    assert 0.0 <= m["clip_fraction"] <= 1.0 and 0.0 <= m["frac_zero_std_groups"] <= 1.0
+    assert m["kl"] == 0.0  # kl_coef = 0: no reference policy
+    assert m["skipped_steps"] == 0.0
+    # The entropy of a 3-way categorical is at most log 3.
+    assert 0.0 < m["entropy"] <= math.log(3) + 1e-6
+    assert m["return_min"] <= m["return_mean"] <= m["return_max"]
+    # 200-step FruitCatcher games cut by the 32-step horizon: none finished.
+    assert m["frac_finished"] == 0.0
+    assert _changed(before, trainer)
+
+
+def test_episode_figures_match_returns_when_episodes_finish() -> None:
+    """With finished episodes, the env's caught - missed equals the mean return."""
+    trainer = _fruit_trainer(env_kwargs={"max_episode_steps": 24}, max_episode_steps=24)
+    m = trainer.update()
+    assert m["frac_finished"] == 1.0
+    assert m["episode_caught"] - m["episode_missed"] == pytest.approx(m["return_mean"])
+    assert m["episode_l"] == m["length_mean"] == 24.0
+
+
+def test_micro_batches_accumulate_the_same_gradient() -> None:
+    """Gradient accumulation over 2 micro-batches gives (numerically) the same update as 1:
+    every sample's loss is divided by the same normaliser, so the gradients sum exactly."""
+    a = _fruit_trainer(micro_batches=1, fused_optimizer=False)
+    b = _fruit_trainer(micro_batches=2, fused_optimizer=False)
+    ma, mb = a.update(), b.update()
+    for x, y in zip(a.policy.parameters(), b.policy.parameters(), strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
+    assert ma["loss"] == pytest.approx(mb["loss"], rel=1e-4, abs=1e-6)
+
+
+def test_same_seed_same_run() -> None:
+    """Two trainers with the same seed produce bit-identical parameters (CPU)."""
+    a, b = _fruit_trainer(seed=3), _fruit_trainer(seed=3)
+    for _ in range(2):
+        a.update()
+        b.update()
+    assert all(
+        torch.equal(x, y) for x, y in zip(a.policy.parameters(), b.policy.parameters(), strict=True)
+    )
+    c = _fruit_trainer(seed=4)
+    c.update()
+    c.update()
+    assert not all(
+        torch.equal(x, y) for x, y in zip(a.policy.parameters(), c.policy.parameters(), strict=True)
+    )
+
+
+def test_kl_reference_is_frozen_and_kl_grows_from_zero() -> None:
+    """kl_coef > 0: a frozen reference copy; KL is positive once the policy has moved."""
+    trainer = _fruit_trainer(kl_coef=0.5, lr=1e-2)
+    ref = trainer.reference
+    assert ref is not None
+    assert all(not p.requires_grad for p in ref.parameters())
+    initial = [p.detach().clone() for p in ref.parameters()]
+    m = trainer.update()
+    m2 = trainer.update()
+    assert m["kl"] >= 0.0 and m2["kl"] > 0.0
+    assert all(torch.equal(a, b) for a, b in zip(initial, ref.parameters(), strict=True))
+
+
+def test_reference_refresh_every_update() -> None:
+    """ref_update_every=1 copies the policy into the reference at the start of each update."""
+    trainer = _fruit_trainer(kl_coef=0.5, ref_update_every=1, lr=1e-2)
+    trainer.update()
+    start_of_second = _params(trainer)
+    trainer.update()
+    assert trainer.reference is not None
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(start_of_second, trainer.reference.parameters(), strict=True)
+    )
+
+
+def test_lr_schedules() -> None:
+    """lr_factor: linear and cosine decay (floored at 0.02), warm-up ramp, constant."""
+    assert lr_factor(0.0, "linear", 0.0) == 1.0
+    assert lr_factor(0.25, "linear", 0.0) == pytest.approx(0.75)
+    assert lr_factor(1.0, "linear", 0.0) == pytest.approx(0.02)  # floor
+    # cos(pi/2) = 0 -> 0.5 * (1 + 0) = 0.5 at the half-way point.
+    assert lr_factor(0.5, "cosine", 0.0) == pytest.approx(0.5)
+    assert lr_factor(0.7, "constant", 0.0) == 1.0
+    # Warm-up over the first 10%: at 5% the factor is 0.05 / 0.1 = 0.5; at 55% linear decay
+    # has covered (0.55 - 0.1) / 0.9 = 0.5 of its range.
+    assert lr_factor(0.05, "linear", 0.1) == pytest.approx(0.5)
+    assert lr_factor(0.55, "linear", 0.1) == pytest.approx(0.5)
+
+
+def test_box_actions_on_a_numpy_sync_env() -> None:
+    """A Gymnasium numpy env with Box actions (Pendulum, SyncVectorEnv) trains a step."""
+    envs = gym.make_vec("Pendulum-v1", num_envs=8, vectorization_mode="sync")
+    run = RunConfig(progress=False, device="cpu")
+    cfg = GRPOConfig(num_groups=2, group_size=4, max_episode_steps=16, hidden_sizes=(16,), run=run)
+    trainer = GRPOTrainer(envs, cfg)
+    log_std = trainer.policy.head.log_std.detach().clone()  # type: ignore[union-attr]
+    m = trainer.update()
+    assert math.isfinite(m["loss"]) and m["valid_steps"] == 8 * 16
+    # Pendulum rewards are continuous: group returns differ, so no group is dropped.
+    assert m["frac_zero_std_groups"] == 0.0
+    assert not torch.equal(log_std, trainer.policy.head.log_std)  # type: ignore[union-attr]
+    envs.close()
+
+
+def test_train_runs_to_the_step_budget() -> None:
+    """train() updates until total_env_steps valid steps and returns the last metrics."""
+    trainer = _fruit_trainer(total_env_steps=1200)  # 16 envs x 32 steps = 512 per update
+    m = trainer.train()
+    # ceil(1200 / 512) = 3 updates.
+    assert trainer.update_index == 3 and m["update"] == 3
+    assert trainer.env_steps == 3 * 512 >= 1200
+    assert m["warmup_s"] > 0.0
+
+
+def test_non_finite_gradients_skip_steps_then_stop() -> None:
+    """A nan in the weights makes every gradient non-finite: steps are skipped (weights kept)
+    and after max_consecutive_skips updates train() raises TrainingStopped."""
+    for fused in (True, False):
+        trainer = _fruit_trainer(
+            total_env_steps=10**6, max_consecutive_skips=2, fused_optimizer=fused
+        )
+        with torch.no_grad():
+            trainer.policy.body[-1].bias[0] = math.nan
+        before = _params(trainer)
+        with pytest.raises(TrainingStopped, match="2 updates in a row"):
+            trainer.train()
+        assert trainer.update_index == 2
+        after = list(trainer.policy.parameters())
+        for a, b in zip(before, after, strict=True):
+            assert torch.equal(a, b) or torch.equal(a.isnan(), b.isnan()), "a step was applied"
+        # Only the planted nan is non-finite: nothing was updated.
+        assert all(
+            torch.equal(a.nan_to_num(), b.nan_to_num()) for a, b in zip(before, after, strict=True)
+        )
+
+
+# -- speed features on CPU ---------------------------------------------------------------------
+
+
+def test_amp_fp16_on_cpu_is_refused() -> None:
+    """fp16 autocast needs CUDA: on CPU the trainer raises ValueError naming amp."""
+    with pytest.raises(ValueError, match="amp='fp16'"):
+        _fruit_trainer(amp="fp16")
+
+
+def test_amp_bf16_on_cpu_trains() -> None:
+    """bf16 autocast on CPU: finite losses, weights move, stored logps are float32."""
+    trainer = _fruit_trainer(amp="bf16", lr=1e-2)
+    before = _params(trainer)
+    for _ in range(2):
+        m = trainer.update()
+        for name in ("loss", "policy_loss", "entropy", "grad_norm", "approx_kl_old"):
+            assert math.isfinite(m[name]), (name, m[name])
+        assert m["skipped_steps"] == 0.0
+    assert trainer.buffer.logp.dtype == torch.float32
+    assert _changed(before, trainer)
+    assert all(p.dtype == torch.float32 for p in trainer.policy.parameters())
+
+
+def test_fused_and_foreach_optimizers_agree() -> None:
+    """fused_optimizer True/False both run on CPU and make (numerically) the same update."""
+    fused = _fruit_trainer(fused_optimizer=True)
+    foreach = _fruit_trainer(fused_optimizer=False)
+    assert fused.fused is True and fused.optimizer.defaults["fused"] is True  # torch >= 2.4
+    assert foreach.fused is False and foreach.optimizer.defaults["foreach"] is True
+    fused.update()
+    foreach.update()
+    for a, b in zip(fused.policy.parameters(), foreach.policy.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_make_optimizer_reports_what_it_built() -> None:
+    """make_optimizer returns AdamW and whether it is the fused kernel."""
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    opt, fused = make_optimizer(params, 1e-3, 0.0, fused=False)
+    assert isinstance(opt, torch.optim.AdamW) and fused is False
+    opt, fused = make_optimizer(params, 1e-3, 0.01, fused=True)
+    assert fused is True and opt.defaults["fused"] is True
+    assert opt.defaults["weight_decay"] == 0.01
+
+
+def test_make_optimizer_falls_back_to_foreach(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where fused AdamW is unavailable (it raises), make_optimizer builds the foreach one."""
+    real = torch.optim.AdamW
+
+    def adamw(params: Any, **kwargs: Any) -> torch.optim.AdamW:
+        if kwargs.get("fused"):
+            raise RuntimeError("fused=True requires all the params to be on a supported device")
+        return real(params, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "AdamW", adamw)
+    opt, fused = make_optimizer([torch.nn.Parameter(torch.zeros(3))], 1e-3, 0.0, fused=True)
+    assert fused is False and opt.defaults["foreach"] is True
+
+
+def test_compiled_falls_back_to_eager_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """When the compiled function raises, Compiled logs a warning and runs eagerly from then on."""
+    calls = {"compiled": 0, "eager": 0}
+
+    def broken_compile(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        def compiled(*a: Any, **k: Any) -> Any:
+            calls["compiled"] += 1
+            raise RuntimeError("inductor exploded")
+
+        return compiled
+
+    def eager(x: int) -> int:
+        calls["eager"] += 1
+        return x * 2
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    wrapped = Compiled(eager, True, "doubling")
+    with caplog.at_level(logging.WARNING, logger="grpo_trainer.accel"):
+        assert wrapped(21) == 42
+    assert "doubling" in caplog.text and "inductor exploded" in caplog.text
+    assert wrapped.compiled is False
+    assert wrapped(5) == 10
+    assert calls == {"compiled": 1, "eager": 2}  # the broken path is not tried again
+
+
+def test_compiled_disabled_never_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """enabled=False calls the function directly and never touches torch.compile."""
+
+    def no_compile(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("torch.compile must not be called")
+
+    monkeypatch.setattr(torch, "compile", no_compile)
+    assert Compiled(lambda x: x + 1, False, "inc")(1) == 2
+
+
+def test_trainer_survives_a_failing_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """compile=True with a compiler that fails: the trainer still updates, eagerly."""
+
+    def broken_compile(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        def compiled(*a: Any, **k: Any) -> Any:
+            raise RuntimeError("no compiler here")
+
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    trainer = _fruit_trainer(compile=True)
+    assert trainer._sample.compiled and trainer._loss.compiled
+    m = trainer.update()
+    assert math.isfinite(m["loss"])
+    assert not trainer._sample.compiled and not trainer._loss.compiled
+
+
+def test_should_compile_defaults_to_cuda_only() -> None:
+    """compile=None means: on CUDA yes, on CPU no; True/False are obeyed."""
+    assert should_compile(None, torch.device("cpu")) is False
+    assert should_compile(None, torch.device("cuda")) is True
+    assert should_compile(True, torch.device("cpu")) is True
+    assert should_compile(False, torch.device("cuda")) is False
+
+
+def test_resolve_device() -> None:
+    """'auto' picks CUDA when present, 'cpu' is cpu; unknown or missing devices raise."""
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto").type == expected
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="'tpu'"):
+        resolve_device("tpu")
+    with pytest.raises(ValueError, match="only 'auto', 'cpu' and 'cuda"):
+        resolve_device("meta")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            resolve_device("cuda")
+    else:
+        with pytest.raises(ValueError, match="GPU"):
+            resolve_device(f"cuda:{torch.cuda.device_count()}")
+
+
+def test_autocast_off_is_a_no_op() -> None:
+    """accel.autocast('off') leaves the default dtype; 'bf16' on CPU computes in bfloat16."""
+    x = torch.ones(2, 2)
+    with accel.autocast("off", torch.device("cpu")):
+        assert (x @ x).dtype == torch.float32
+    with accel.autocast("bf16", torch.device("cpu")):
+        assert (x @ x).dtype == torch.bfloat16
+
+
+@pytest.mark.slow
+def test_compile_on_cpu_matches_eager() -> None:
+    """RunConfig(compile=True) on CPU compiles sampling and loss and matches the eager run."""
+    kw: dict[str, Any] = {
+        "num_groups": 2,
+        "group_size": 2,
+        "hidden_sizes": (8,),
+        "epochs": 1,
+        "minibatches": 1,
+        "fused_optimizer": False,
+    }
+    compiled = _fruit_trainer(compile=True, **kw)
+    eager = _fruit_trainer(compile=False, **kw)
+    mc, me = compiled.update(), eager.update()
+    assert compiled._sample.compiled and compiled._loss.compiled  # no fallback happened
+    for name in ("return_mean", "loss", "entropy", "clip_fraction"):
+        assert mc[name] == pytest.approx(me[name], rel=1e-4, abs=1e-5), name
+    for a, b in zip(compiled.policy.parameters(), eager.policy.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+# -- learning ----------------------------------------------------------------------------------
+
+
+def _run_updates(trainer: GRPOTrainer) -> list[dict[str, float]]:
+    history = []
+    while trainer.env_steps < trainer.config.total_env_steps:
+        history.append(trainer.update())
+    return history
+
+
+def _assert_improved(history: list[dict[str, float]], num_envs: int, last: int = 3) -> None:
+    """The mean of the last updates' returns beats the first update's by 5 standard errors.
+
+    A return mean over `num_envs` episodes has standard error return_std / sqrt(num_envs);
+    the two estimates are independent, so their difference has the root-sum-square error.
+    """
+    first, tail = history[0], history[-last:]
+    tail_mean = sum(m["return_mean"] for m in tail) / last
+    se_first = first["return_std"] / math.sqrt(num_envs)
+    se_tail = math.sqrt(sum(m["return_std"] ** 2 for m in tail) / num_envs) / last
+    margin = 5 * math.hypot(se_first, se_tail)
+    assert tail_mean - first["return_mean"] > margin, (
+        first["return_mean"],
+        tail_mean,
+        margin,
+    )
+
+
+@pytest.mark.slow
+def test_training_improves_fruit_catcher() -> None:
+    """32 groups x 8 on FruitCatcher (50-step games): the mean score rises clearly."""
+    trainer = _fruit_trainer(
+        num_groups=32,
+        group_size=8,
+        env_kwargs={"max_episode_steps": 50},
+        max_episode_steps=50,
+        hidden_sizes=(64, 64),
+        total_env_steps=200_000,
+        epochs=4,
+        lr=1e-2,
+    )
+    history = _run_updates(trainer)
+    _assert_improved(history, 256)
+
+
+@pytest.mark.slow
+def test_training_improves_cartpole() -> None:
+    """8 groups x 8 on Gymnasium's CartPole (vector entry point): episodes get much longer."""
+    envs = gym.make_vec("CartPole-v1", num_envs=64, vectorization_mode="vector_entry_point")
+    run = RunConfig(progress=False, device="cpu", seed=0)
+    cfg = GRPOConfig(
+        num_groups=8,
+        group_size=8,
+        max_episode_steps=100,
+        total_env_steps=20_000,
+        epochs=4,
+        lr=1e-2,
+        run=run,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # CartPole's int-only seeding
+        history = _run_updates(GRPOTrainer(envs, cfg))
+    _assert_improved(history, 64)
+    # CartPole pays +1 per step, so the return is the episode length.
+    assert history[-1]["return_mean"] == pytest.approx(history[-1]["length_mean"])
+    assert history[-1]["return_mean"] > 2 * history[0]["return_mean"]
