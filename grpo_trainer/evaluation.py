@@ -89,8 +89,10 @@ def evaluate(
     sums: dict[str, torch.Tensor] = {}
     counts: dict[str, torch.Tensor] = {}
     rounds = math.ceil(episodes / env.num_envs)
+    members = torch.arange(env.num_envs, device=device)
     for r in range(rounds):
         obs = env.reset_groups([seed + (r + 1) * env.num_envs + i for i in range(env.num_envs)], 1)
+        counted = members < episodes - r * env.num_envs  # the last round may need fewer
         alive = torch.ones(env.num_envs, dtype=torch.bool, device=device)
         ret = torch.zeros(env.num_envs, device=device)
         length = torch.zeros(env.num_envs, device=device)
@@ -106,7 +108,7 @@ def evaluate(
             length += alive
             ended = alive & step.done
             for name, (values, mask) in step.episode.items():
-                taken = ended & mask
+                taken = ended & mask & counted
                 sums[name] = sums.get(name, 0) + torch.where(taken, values, 0.0).sum()
                 counts[name] = counts.get(name, 0) + taken.sum()
             alive &= ~step.done
@@ -123,5 +125,6 @@ def evaluate(
         "length_mean": float(torch.cat(lengths)[:episodes].mean()),
     }
     for name, total in sums.items():
-        out[f"episode_{name}"] = float(total / counts[name].clamp_min(1))
+        if int(counts[name]):  # no field when no counted episode reported it
+            out[f"episode_{name}"] = float(total / counts[name])
     return out

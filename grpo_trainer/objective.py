@@ -67,27 +67,27 @@ def group_advantages(
     """Group-relative advantages for a rollout of `(T, B)` rewards."""
     valid_f = valid.to(rewards.dtype)
     returns = (rewards * valid_f).sum(0)
-    _, return_std = _masked_mean_std(
-        _group_view(returns, group_size), torch.ones_like(_group_view(returns, group_size)), -1
+    grouped_returns = _group_view(returns, group_size)  # (G, K)
+    return_mean, return_std = _masked_mean_std(
+        grouped_returns, torch.ones_like(grouped_returns), -1
     )
     zero_std = return_std.squeeze(-1) <= zero_std_eps  # (G,)
 
-    if mode == "outcome":
-        values = returns.expand_as(rewards)
-    elif mode == "per_step":
-        values = returns_to_go(rewards, valid_f, gamma)
+    if mode == "outcome":  # one comparison per episode, broadcast to its steps
+        centred = (grouped_returns - return_mean).flatten().expand_as(rewards)
+        std = return_std.expand_as(grouped_returns).flatten().expand_as(rewards)
+    elif mode == "per_step":  # compared with the peers still playing at the same step
+        grouped = _group_view(returns_to_go(rewards, valid_f, gamma), group_size)  # (T, G, K)
+        step_mean, step_std = _masked_mean_std(grouped, _group_view(valid_f, group_size), -1)
+        centred = (grouped - step_mean).flatten(-2)
+        std = step_std.expand_as(grouped).flatten(-2)
     else:
         raise ValueError(f"advantage mode must be 'per_step' or 'outcome', got {mode!r}")
-
-    grouped = _group_view(values, group_size)  # (T, G, K)
-    grouped_valid = _group_view(valid_f, group_size)
-    mean, std = _masked_mean_std(grouped, grouped_valid, -1)
-    centred = (grouped - mean).flatten(-2)
 
     keep = (~zero_std).repeat_interleave(group_size).to(rewards.dtype)  # (B,)
     weights = valid_f * keep
     if scale == "group_std":
-        centred = centred / (std.expand_as(grouped).flatten(-2) + _EPS)
+        centred = centred / (std + _EPS)
     elif scale == "batch_std":
         _, batch_std = _masked_mean_std(centred.flatten(), weights.flatten(), 0)
         centred = centred / (batch_std + _EPS)

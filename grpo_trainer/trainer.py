@@ -413,14 +413,15 @@ class GRPOTrainer:
     def _after_update(self, metrics: dict[str, float], clean: bool = True) -> None:
         """Periodic checkpoints are written only after a clean update (no skipped step): one
         due during a run of skipped updates waits, so the newest checkpoint is always good."""
+        if metrics["return_mean"] > self.best_return:  # first, so checkpoints below record it
+            self.best_return = metrics["return_mean"]
+            if self.run_dir and self.rank == 0:
+                checkpoint.atomic_save(self.state_dict(), self.run_dir / "checkpoints" / "best.pt")
         every = self.config.run.checkpoint_every
         if every and self.update_index % every == 0:
             self._checkpoint_due = True
         if self._checkpoint_due and clean:
             self._checkpoint(metrics)
-        if self.run_dir and self.rank == 0 and metrics["return_mean"] > self.best_return:
-            self.best_return = metrics["return_mean"]
-            checkpoint.atomic_save(self.state_dict(), self.run_dir / "checkpoints" / "best.pt")
 
     def _checkpoint(self, metrics: dict[str, float]) -> None:
         self._checkpoint_due = False

@@ -157,15 +157,9 @@ def test_resume_from_a_numbered_checkpoint_file(tmp_path: Path) -> None:
     resumed = _trainer(resume=middle, total_env_steps=budget)
     assert resumed.update_index == 1
     resumed.train()
-    # best_return is only tracked with a run_dir (and see the xfail test below).
     _assert_same_state(full, resumed, best=False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="trainer._after_update writes the periodic checkpoint before updating best_return, "
-    "so update-N.pt records the best return of updates < N only (-inf in update-1.pt)",
-)
 def test_periodic_checkpoint_records_the_best_return_so_far(tmp_path: Path) -> None:
     """update-N.pt's best_return is the best mean return of updates 1..N, so a run resumed
     from it does not overwrite best.pt with a worse policy."""

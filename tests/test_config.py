@@ -76,11 +76,6 @@ def test_bad_run_field_raises_naming_it(field: str, value: Any) -> None:
         RunConfig(**{field: value})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="config._check_float accepts +inf for fields with no upper bound, so lr=inf "
-    "validates and training diverges to non-finite parameters",
-)
 def test_infinite_learning_rate_is_rejected() -> None:
     """lr must be a finite positive number."""
     with pytest.raises(ValueError, match=r"^lr\b"):

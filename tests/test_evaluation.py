@@ -56,11 +56,6 @@ def test_evaluate_counts_episodes_and_reports_env_figures() -> None:
     assert result["return_std"] >= 0.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="evaluation.evaluate truncates returns to `episodes` but sums info['episode'] "
-    "fields over every episode of the last round, so episode_* average over more games",
-)
 def test_episode_fields_cover_the_same_episodes_as_the_returns() -> None:
     """With 5 episodes on 4 sub-envs, episode_r averages the same 5 games as return_mean."""
     result = evaluate(_policy(), _fruit(4), 5)
@@ -94,11 +89,6 @@ def test_max_episode_steps_caps_the_games() -> None:
     assert result["return_mean"] == 0.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="evaluation.evaluate divides info sums by counts.clamp_min(1): when no game ended, "
-    "episode_l/episode_caught/... are reported as 0.0 instead of being left out (or nan)",
-)
 def test_no_finished_game_reports_no_episode_figures() -> None:
     """Games cut by max_episode_steps never ended: no env episode figures exist to average."""
     result = evaluate(_policy(), _fruit(2), 2, max_episode_steps=5)

@@ -108,11 +108,6 @@ def test_outcome_group_std_on_steps_where_all_members_play() -> None:
     assert adv.zero_std_groups.tolist() == [False, True]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="outcome advantages use the mean over members still playing at t, so a member "
-    "that outlives its peers gets advantage 0 on its last steps (objective.py group_advantages)",
-)
 def test_outcome_advantage_is_the_same_for_every_step_of_a_member() -> None:
     """Documented: outcome A[b] = (R[b] - mean_g R) / scale, the same for every step of b."""
     adv = group_advantages(REWARDS, VALID, 2, mode="outcome", scale="group_std")
