@@ -22,6 +22,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from grpo_trainer.objective import _EPS  # the epsilon of one process's batch_std
+
 log = logging.getLogger(__name__)
 
 STOP = "_stop_requested"  # column in the reduced metrics: some rank got SIGINT/SIGTERM
@@ -143,6 +145,20 @@ def sum_over_ranks(x: torch.Tensor) -> torch.Tensor:
     out = x.detach().clone()
     dist.all_reduce(out, op=dist.ReduceOp.SUM)
     return out
+
+
+def scale_by_global_std(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """`advantages / (std + eps)` with the weighted std of every rank's advantages.
+
+    What `scale="batch_std"` computes in one process over its whole batch: a per-rank std
+    would make the update depend on how the batch is split. One all-reduce of three sums.
+    """
+    w, x = weights.double(), advantages.double()
+    moments = sum_over_ranks(torch.stack((w.sum(), (w * x).sum(), (w * x * x).sum())))
+    count = moments[0].clamp_min(1.0)
+    mean = moments[1] / count
+    std = (moments[2] / count - mean**2).clamp_min(0.0).sqrt()
+    return advantages / (std.to(advantages.dtype) + _EPS)
 
 
 class _LogProbEntropy(nn.Module):

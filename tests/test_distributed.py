@@ -81,7 +81,8 @@ def _worker(out: Path) -> None:
     record: dict[str, Any] = {}
 
     # A. One update with one minibatch and one epoch: well defined against one process.
-    trainer = _trainer(_config(epochs=1, minibatches=1))
+    # batch_std: the advantage scale, too, must be that of the concatenated batch.
+    trainer = _trainer(_config(epochs=1, minibatches=1, scale="batch_std"))
     assert trainer.world_size == 2 and trainer.device == device
     stats: list[RolloutStats] = []
     collect = trainer_module.collect
@@ -110,6 +111,7 @@ def _worker(out: Path) -> None:
 
     # B. Several shuffled minibatches, micro-batches and a KL reference: replicas stay equal.
     config = _config(
+        scale="group_std",
         epochs=2,
         minibatches=2,
         micro_batches=2,
@@ -192,7 +194,7 @@ def test_ddp_update_equals_one_process_update_on_the_concatenated_batch(
     rollouts = (first["rollout"], second["rollout"])
     # Ranks with unequal valid counts: a per-rank normaliser would give another step.
     assert rollouts[0]["lengths"].sum() != rollouts[1]["lengths"].sum()
-    single = _trainer(_config(num_groups=2 * GROUPS, epochs=1, minibatches=1))
+    single = _trainer(_config(num_groups=2 * GROUPS, epochs=1, minibatches=1, scale="batch_std"))
     torch.nn.utils.vector_to_parameters(first["before"].clone(), single.policy.parameters())
 
     def concatenated(*args: Any) -> RolloutStats:
@@ -242,7 +244,8 @@ def test_a_signal_on_one_rank_stops_every_rank_after_the_same_update(ranks: Any)
 def test_a_checkpoint_from_two_ranks_resumes_in_one_process(ranks: Any) -> None:
     """Weights and optimiser state are replicated, so they load on any world size."""
     saved = ranks[0]["updates"][1]
-    trainer = _trainer(_config(kl_coef=0.05, run={"resume": ranks[0]["checkpoint"]}))
+    config = _config(scale="group_std", kl_coef=0.05, run={"resume": ranks[0]["checkpoint"]})
+    trainer = _trainer(config)
     assert (trainer.update_index, trainer.world_size) == (2, 1)
     assert trainer.env_steps == saved["metrics"]["env_steps"]
     assert torch.equal(_flat_params(trainer), saved["params"])
@@ -310,6 +313,7 @@ def test_torchrun_cli_trains_and_only_rank_zero_writes(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     flags = ["--env", "fruit_env:FruitCatcher-v0", "--device", "cpu", "--no-progress"]
     flags += ["--num-groups", "2", "--group-size", "4", "--max-episode-steps", "20"]
+    flags += ["--epochs", "1", "--minibatches", "2"]
     flags += ["--total-env-steps", "500", "--run-dir", str(run_dir), "--checkpoint-every", "1"]
     done = _torchrun("-m", "grpo_trainer", "train", *flags)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
