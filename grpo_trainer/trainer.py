@@ -135,6 +135,8 @@ class GRPOTrainer:
         self.best_return = -math.inf
         self.run_dir = Path(run.run_dir) if run.run_dir else None
         self._stop_signal: str | None = None
+        self._checkpoint_due = False  # a periodic checkpoint waits for a clean update
+        self._last_checkpoint: Path | None = None
         self._pending_signal: str | None = None  # distributed: acted on once all ranks agree
         if run.resume:
             self.load(run.resume)
@@ -259,7 +261,7 @@ class GRPOTrainer:
                     )
                     self._backward(out.loss)
                     terms += torch.stack([t.detach().float() for t in out])
-                grad_norm, finite = self._step()
+                grad_norm, finite = self._step(terms[0])
                 totals += torch.cat((terms, grad_norm[None], (~finite).float()[None]))
         names = [*LossTerms._fields, "grad_norm", "skipped_steps"]
         means = totals / steps
@@ -269,8 +271,8 @@ class GRPOTrainer:
     def _backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler else loss).backward()
 
-    def _step(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Clip and apply gradients; a non-finite gradient skips the step.
+    def _step(self, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Clip and apply gradients; a non-finite loss or gradient skips the step.
 
         With the fused optimizer the skip happens on the device (its `found_inf` input, the
         mechanism GradScaler uses); otherwise deciding costs one host sync.
@@ -280,6 +282,8 @@ class GRPOTrainer:
         params = [p for p in self.policy.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
         finite = torch.isfinite(grad_norm)
+        if self.world_size == 1:  # across ranks only the all-reduced gradient is a shared verdict
+            finite = finite & torch.isfinite(loss)
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -365,48 +369,68 @@ class GRPOTrainer:
                     metrics["warmup_s"] = first_update_s
                     writer.write(metrics)
                     display.advance(self.env_steps, metrics)
-                    consecutive_skips = consecutive_skips + 1 if metrics["skipped_steps"] else 0
-                    if metrics["skipped_steps"]:
+                    clean = not metrics["skipped_steps"]
+                    consecutive_skips = 0 if clean else consecutive_skips + 1
+                    if not clean:
                         log.warning(
-                            "update %d: %d optimiser step(s) skipped for non-finite gradients",
+                            "update %d: %d optimiser step(s) skipped for a non-finite loss or "
+                            "gradient (%d update(s) in a row; training stops at %d)",
                             self.update_index,
                             int(metrics["skipped_steps"]),
+                            consecutive_skips,
+                            run.max_consecutive_skips,
                         )
                     if consecutive_skips >= run.max_consecutive_skips:
                         raise TrainingStopped(
-                            f"{consecutive_skips} updates in a row had non-finite gradients; "
-                            "stopping with the last good checkpoint intact"
+                            f"{consecutive_skips} updates in a row had a non-finite loss or "
+                            f"gradient; stopping. Last good checkpoint: {self._last_checkpoint}"
                         )
-                    self._after_update(metrics)
+                    self._after_update(metrics, clean)
             if self._stop_signal is None or self.update_index > 0:
                 self._checkpoint(metrics)
         finally:
             writer.close()
-        if self._stop_signal:
-            where = f" --resume {self.run_dir}" if self.run_dir else ""
-            log.warning(
-                "stopped by %s after update %d; continue with%s",
-                self._stop_signal,
-                self.update_index,
-                where,
-            )
+        if self._stop_signal and is_main:
+            log.warning("stopped by %s after update %d; %s", *self._resume_hint())
         if is_main:
             display.summary(metrics)
             if self.run_dir:
                 _learning_curve(self.run_dir)
         return metrics
 
-    def _after_update(self, metrics: dict[str, float]) -> None:
+    @property
+    def stop_signal(self) -> str | None:
+        """The signal that ended the last `train()` early (after its final checkpoint), or None."""
+        return self._stop_signal
+
+    def _resume_hint(self) -> tuple[str, int, str]:
+        """What stopped the run, where, and the command that continues it."""
+        if not self.run_dir:
+            hint = "nothing was saved (no run_dir)"
+        else:
+            hint = (
+                f"saved {self._last_checkpoint}; resume with: python -m grpo_trainer train "
+                f"--config {self.run_dir / 'config.json'} --resume {self.run_dir}"
+            )
+        return str(self._stop_signal), self.update_index, hint
+
+    def _after_update(self, metrics: dict[str, float], clean: bool = True) -> None:
+        """Periodic checkpoints are written only after a clean update (no skipped step): one
+        due during a run of skipped updates waits, so the newest checkpoint is always good."""
+        if metrics["return_mean"] > self.best_return:  # first, so checkpoints below record it
+            self.best_return = metrics["return_mean"]
+            if self.run_dir and self.rank == 0:
+                checkpoint.atomic_save(self.state_dict(), self.run_dir / "checkpoints" / "best.pt")
         every = self.config.run.checkpoint_every
         if every and self.update_index % every == 0:
+            self._checkpoint_due = True
+        if self._checkpoint_due and clean:
             self._checkpoint(metrics)
-        if self.run_dir and self.rank == 0 and metrics["return_mean"] > self.best_return:
-            self.best_return = metrics["return_mean"]
-            checkpoint.atomic_save(self.state_dict(), self.run_dir / "checkpoints" / "best.pt")
 
     def _checkpoint(self, metrics: dict[str, float]) -> None:
+        self._checkpoint_due = False
         if self.run_dir and self.rank == 0:
-            checkpoint.save_rotating(
+            self._last_checkpoint = checkpoint.save_rotating(
                 self.state_dict(),
                 self.run_dir / "checkpoints",
                 self.update_index,
@@ -416,7 +440,7 @@ class GRPOTrainer:
     def _prepare_run_dir(self) -> None:
         assert self.run_dir is not None
         try:
-            (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+            checkpoint.prepare_folder(self.run_dir / "checkpoints")
             config_path = self.run_dir / "config.json"
             checkpoint_tmp = config_path.with_suffix(".json.tmp")
             checkpoint_tmp.write_text(json.dumps(self.config.to_dict(), indent=2))
@@ -432,6 +456,12 @@ class GRPOTrainer:
             return
 
         def request_stop(signum: int, _frame: Any) -> None:
+            name = signal.Signals(signum).name
+            if self._stop_signal or self._pending_signal:  # asked twice: the user means now
+                raise KeyboardInterrupt(f"second {name}: aborted without a final checkpoint")
+            log.warning(
+                "%s: stopping after the current update with a checkpoint (again: abort now)", name
+            )
             if self.world_size > 1:  # ranks must agree on the last update: see update()
                 self._pending_signal = signal.Signals(signum).name
             else:
@@ -466,22 +496,25 @@ class GRPOTrainer:
     def load(self, path: str | Path) -> Path:
         """Continue from a checkpoint file or run directory (newest usable checkpoint)."""
         payload, found = checkpoint.load_for_resume(path)
-        signature = self._space_signature()
-        if payload["spaces"] != signature:
-            raise checkpoint.CheckpointError(
-                f"checkpoint {found} was trained on different spaces: "
-                f"{payload['spaces']} vs this env's {signature}"
-            )
+        checkpoint.check_compatible(payload, found, self._space_signature(), self.config.to_dict())
+        # The optimiser's implementation is this run's choice, not the checkpoint's: a fused
+        # step with `found_inf` on a foreach optimiser would fail an assertion in torch.
+        implementation = [
+            {k: g[k] for k in ("fused", "foreach") if k in g} for g in self.optimizer.param_groups
+        ]
         try:
+            copy.deepcopy(self.policy).load_state_dict(payload["policy"])  # nothing half-loaded
             self.policy.load_state_dict(payload["policy"])
-            if self.reference is not None and payload["reference"] is not None:
-                self.reference.load_state_dict(payload["reference"])
+            if self.reference is not None:  # a run that had no reference starts it from here
+                self.reference.load_state_dict(payload["reference"] or payload["policy"])
             self.optimizer.load_state_dict(payload["optimizer"])
         except (RuntimeError, ValueError, KeyError) as err:
             raise checkpoint.CheckpointError(
                 f"checkpoint {found} does not fit this network (hidden_sizes, activation or "
                 f"action head differ): {err}"
             ) from None
+        for group, kept in zip(self.optimizer.param_groups, implementation, strict=True):
+            group.update(kept)
         if self.scaler and payload["scaler"]:
             self.scaler.load_state_dict(payload["scaler"])
         self.generator.set_state(payload["generator"])
@@ -534,7 +567,10 @@ def _learning_curve(run_dir: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):  # a line torn by a kill -9
+            rows.append(json.loads(line))
     if not rows:
         return
     fig, ax = plt.subplots(figsize=(6, 3.5))
