@@ -1,9 +1,10 @@
 """Data-parallel training across processes started by `torchrun`.
 
 Every rank owns its own vector env on its own device and plays its own groups; gradients are
-averaged by `DistributedDataParallel`. Per update the trainer adds two small collectives to
-DDP's gradient all-reduces: one all-reduce of the valid-sample count (the loss normaliser,
-see docs/distributed.md) and one gather of the stacked metrics before the host copy.
+averaged by `DistributedDataParallel`. Per update the trainer adds a few small collectives to
+DDP's gradient all-reduces: an all-reduce of the valid-sample count (the loss normaliser, see
+docs/distributed.md), one of three moments with `scale="batch_std"`, and a gather of the
+stacked metrics (after a host-side gather of their names) before the single host copy.
 
 A process not started by torchrun, or started as its only process, never creates a process
 group: `init_from_env` returns its device unchanged and the trainer takes its single-process
@@ -123,8 +124,11 @@ def barrier() -> None:
 
 
 def rank_device(device: torch.device) -> torch.device:
-    """This rank's device: cuda:LOCAL_RANK in a distributed CUDA run, else `device`."""
-    if not is_distributed():
+    """This rank's device: cuda:LOCAL_RANK in a torchrun CUDA run, else `device` as given.
+
+    A process group made without torchrun (no LOCAL_RANK) keeps the device its caller chose.
+    """
+    if not is_distributed() or "LOCAL_RANK" not in os.environ:
         return device
     return _local_device(device, _env_int("LOCAL_RANK", 0))
 

@@ -86,7 +86,12 @@ def _worker(out: Path) -> None:
     assert trainer.world_size == 2 and trainer.device == device
     stats: list[RolloutStats] = []
     collect = trainer_module.collect
-    trainer_module.collect = lambda *a: stats.append(collect(*a)) or stats[-1]
+
+    def recording_collect(*args: Any) -> RolloutStats:
+        stats.append(collect(*args))
+        return stats[-1]
+
+    trainer_module.collect = recording_collect
     before = _flat_params(trainer)
     metrics = trainer.update()
     trainer_module.collect = collect
@@ -140,6 +145,14 @@ def _worker(out: Path) -> None:
         resumed._pending_signal = "SIGTERM"
     resumed.update()
     record["stop_signal"] = resumed._stop_signal
+
+    # E. Metric names that differ between ranks (no episode ended on rank 1) still reduce.
+    local = {"length_mean": torch.tensor(1.0 + 2 * rank)}
+    if rank == 0:
+        local["episode_r"] = torch.tensor(4.0)
+    counts = {"episode_r": torch.tensor(2.0)} if rank == 0 else {}
+    reduced = distributed.reduce_metrics(local, counts, stop=False)
+    record["mismatched"] = {k: float(v) for k, v in reduced.items()}
 
     record["checkpoint"] = str(saved)
     torch.save(record, out / f"rank{rank}.pt")
@@ -234,6 +247,11 @@ def test_a_resume_on_the_same_world_size_is_exact(ranks: Any) -> None:
         replayed, original = rank["resumed"]["metrics"], rank["updates"][2]["metrics"]
         for key in ("env_steps", "update", "return_mean", "loss", "grad_norm", "horizon"):
             assert replayed[key] == original[key], key
+
+
+def test_metrics_that_only_one_rank_reports_are_reduced_over_that_rank(ranks: Any) -> None:
+    expected = {"length_mean": 2.0, "episode_r": 4.0, distributed.STOP: 0.0}
+    assert ranks[0]["mismatched"] == ranks[1]["mismatched"] == expected
 
 
 def test_a_signal_on_one_rank_stops_every_rank_after_the_same_update(ranks: Any) -> None:
