@@ -67,7 +67,7 @@ class GRPOConfig:
     # Advantages.
     advantage: AdvantageMode = "per_step"
     scale: ScaleMode = "batch_std"
-    gamma: float = 0.95
+    gamma: float = 0.97
     zero_std_eps: float = 1e-6  # groups whose return spread is below this are dropped
     # Loss.
     clip_low: float = 0.2
