@@ -39,29 +39,32 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def machine_info() -> dict[str, Any]:
-    """What the figures depend on, including how busy the machine was."""
+def _machine_info() -> dict[str, Any]:
+    """What the figures depend on (used until benchmarks/_common.py provides it)."""
     import gymnasium
 
-    info: dict[str, Any] = {
+    return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "gymnasium": gymnasium.__version__,
         "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
     }
-    if hasattr(os, "getloadavg"):
-        info["load_average_1m_at_start"] = os.getloadavg()[0]
-    return info
 
 
-def write_result(name: str, result: dict[str, Any]) -> Path:
+def _write_result(name: str, result: dict[str, Any]) -> Path:
     out = RESULTS / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     return out
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+try:  # the benchmarks' shared helpers, where present
+    from _common import machine_info, write_result
+except ImportError:
+    machine_info, write_result = _machine_info, _write_result
 
 
 # -- one rank (run by torchrun) ----------------------------------------------------------------
@@ -175,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "scaling",
         "command": " ".join(["python", "benchmarks/scaling.py", *passed]),
         "machine": machine_info(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "load_average_1m": [os.getloadavg()[0]] if hasattr(os, "getloadavg") else [],
         "settings": {k: v for k, v in vars(args).items() if k != "worker"},
     }
     blocks: dict[int, list[dict[str, Any]]] = {1: [], args.ranks: []}
@@ -191,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         args.ranks * one["median_simulated_steps_per_s"]
     )
     if hasattr(os, "getloadavg"):
-        result["machine"]["load_average_1m_at_end"] = os.getloadavg()[0]
+        result["load_average_1m"].append(os.getloadavg()[0])  # at the start and at the end
     out = write_result("scaling", result)
 
     header = f"{'ranks':>5} {'env-steps/s':>12} {'(min':>9} {'max)':>9} {'per rank':>10}"
