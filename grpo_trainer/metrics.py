@@ -27,7 +27,7 @@ def to_host(metrics: dict[str, torch.Tensor | float | int]) -> dict[str, float]:
     names = [k for k, v in metrics.items() if isinstance(v, torch.Tensor)]
     out = {k: float(v) for k, v in metrics.items() if not isinstance(v, torch.Tensor)}
     if names:
-        stacked = torch.stack([metrics[k].detach().float().reshape(()) for k in names])  # type: ignore[union-attr]
+        stacked = torch.stack([metrics[k].detach().double().reshape(()) for k in names])  # type: ignore[union-attr]
         out.update(zip(names, stacked.cpu().tolist(), strict=True))
     return out
 
