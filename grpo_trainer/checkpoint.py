@@ -107,9 +107,18 @@ def atomic_save(payload: dict[str, Any], path: Path) -> None:
     A crash at any moment leaves either the old file or the new one, never a partial one; an
     error (a full disk, say) removes the temporary file and leaves the old `path` as it was.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _write(_with_digest(payload), path)
+
+
+def _with_digest(payload: dict[str, Any]) -> dict[str, Any]:
+    """A CPU copy of `payload` that records its own SHA-256."""
     payload = _to_cpu(payload)
     payload[DIGEST_KEY] = payload_digest(payload)
+    return payload
+
+
+def _write(payload: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
@@ -152,8 +161,9 @@ def save_rotating(payload: dict[str, Any], folder: Path, update: int, keep: int)
     """
     remove_stale_temp_files(folder)
     path = folder / f"update-{update:07d}.pt"
-    atomic_save(payload, path)
-    atomic_save(payload, folder / "last.pt")
+    payload = _with_digest(payload)  # one device copy and one hash for both files
+    _write(payload, path)
+    _write(payload, folder / "last.pt")
     numbered = numbered_checkpoints(folder)
     for old in numbered:
         if _number(old) > update:
