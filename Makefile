@@ -21,8 +21,11 @@ venv: $(STAMP)
 test: venv
 	$(PY) -m pytest
 
+RUN_DIR ?= runs/fruit_catcher
+
 train: venv
-	$(PY) -m grpo_trainer train
+	$(PY) -m grpo_trainer train --run-dir $(RUN_DIR) $(ARGS)
+	$(PY) -m grpo_trainer eval --checkpoint $(RUN_DIR)/checkpoints/last.pt --episodes 1000
 
 lint: venv
 	$(VENV)/bin/ruff check .
