@@ -1,6 +1,6 @@
 """Train GRPO on FruitCatcher-v0 with the Python API, then evaluate the greedy policy.
 
-python examples/train_fruit_catcher.py --total-env-steps 6000000 --device auto
+python examples/train_fruit_catcher.py --total-env-steps 4000000 --device auto
 """
 
 import argparse
@@ -13,7 +13,7 @@ from grpo_trainer.accel import resolve_device
 from grpo_trainer.evaluation import evaluate
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--total-env-steps", type=int, default=6_000_000)
+parser.add_argument("--total-env-steps", type=int, default=4_000_000)
 parser.add_argument("--device", default="auto")
 parser.add_argument("--run-dir", default="runs/fruit_catcher")
 args = parser.parse_args()

@@ -62,7 +62,7 @@ class GRPOConfig:
     # Batch: num_groups x group_size sub-envs; each member plays one episode per update.
     num_groups: int = 16
     group_size: int = 8
-    total_env_steps: int = 6_000_000  # valid (in-episode) steps to train for
+    total_env_steps: int = 4_000_000  # valid (in-episode) steps to train for
     max_episode_steps: int | None = None  # rollout horizon; None: the env's own limit
     # Advantages.
     advantage: AdvantageMode = "per_step"
