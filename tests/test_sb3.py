@@ -172,6 +172,53 @@ def test_torch_actions_are_accepted() -> None:
     np.testing.assert_array_equal(obs, twin_obs)
 
 
+def test_steps_read_the_host_only_through_the_preallocated_buffer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After the first step, no output tensor is converted on its own: one packed copy."""
+    venv = adapter()
+    venv.seed(0)
+    venv.reset()
+    venv.step(np.ones(N, dtype=np.int64))  # builds the buffers
+    buffer = venv._packer.host_array  # type: ignore[union-attr]
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("an output tensor was copied to the host on its own")
+
+    for name in ("numpy", "cpu", "tolist", "item", "__array__"):
+        monkeypatch.setattr(torch.Tensor, name, refuse)
+    ended = 0
+    for step_actions in np.random.default_rng(3).integers(0, 3, size=(30, N)):
+        obs, rewards, dones, infos = venv.step(step_actions)
+        ended += int(dones.sum())
+        assert all("episode" in infos[i] for i in np.flatnonzero(dones))
+        assert venv._packer.host_array is buffer  # type: ignore[union-attr]
+        assert not np.shares_memory(obs, buffer) and not np.shares_memory(rewards, buffer)
+    assert ended > 0  # terminal observations and episode stats came through the buffer too
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_cuda_env_gives_the_same_outputs_as_a_cpu_env() -> None:
+    on_gpu, on_cpu = adapter(device="cuda"), adapter()
+    assert on_gpu.device.type == "cuda"
+    on_gpu.seed(4)
+    on_cpu.seed(4)
+    np.testing.assert_array_equal(on_gpu.reset(), on_cpu.reset())
+    for step_actions in np.random.default_rng(4).integers(0, 3, size=(30, N)):
+        gpu_out, cpu_out = on_gpu.step(step_actions), on_cpu.step(step_actions)
+        for got, want in zip(gpu_out[:3], cpu_out[:3], strict=True):
+            np.testing.assert_array_equal(got, want)
+        for got, want in zip(gpu_out[3], cpu_out[3], strict=True):
+            assert got.keys() == want.keys()
+            if got:
+                np.testing.assert_array_equal(
+                    got["terminal_observation"], want["terminal_observation"]
+                )
+                assert {k: v for k, v in got["episode"].items() if k != "t"} == {
+                    k: v for k, v in want["episode"].items() if k != "t"
+                }
+
+
 # -- bad input ---------------------------------------------------------------------------------
 
 
