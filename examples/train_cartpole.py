@@ -16,10 +16,11 @@ parser.add_argument("--run-dir", default="runs/cartpole")
 args = parser.parse_args()
 
 config = GRPOConfig(
-    num_groups=16, group_size=8, total_env_steps=args.total_env_steps,
-    advantage="outcome", scale="group_std", lr=3e-3, epochs=4, minibatches=4,
+    total_env_steps=args.total_env_steps,
+    gamma=0.99,  # the defaults otherwise
+    lr=0.02,
     run=RunConfig(env="CartPole-v1", device="cpu", run_dir=args.run_dir),
-)  # fmt: skip
+)
 envs = gym.make_vec(
     "CartPole-v1", num_envs=config.num_envs, vectorization_mode="vector_entry_point"
 )
