@@ -2,6 +2,7 @@
 
     python benchmarks/learning.py fruit      # greedy catch rate vs time, default config
     python benchmarks/learning.py cartpole   # GRPO vs Stable-Baselines3 PPO (RL-Zoo), side by side
+    python benchmarks/learning.py pendulum   # continuous actions: trained vs uniform random
 
 Evaluation time is excluded from training time. Results go to benchmarks/results/ as JSON.
 """
@@ -153,9 +154,36 @@ def cartpole(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def pendulum(args: argparse.Namespace) -> dict[str, Any]:
+    """Pendulum-v1 (Box actions) with the default config, against uniformly random actions."""
+    steps = 600_000
+    config = GRPOConfig(
+        total_env_steps=steps, run=RunConfig(env="Pendulum-v1", seed=args.seed, progress=False)
+    )
+    trainer = GRPOTrainer(gym.make_vec("Pendulum-v1", num_envs=config.num_envs), config)
+    start = time.perf_counter()
+    curve = []
+    while trainer.env_steps < steps:
+        curve.append((trainer.update()["return_mean"], trainer.env_steps))
+    seconds = time.perf_counter() - start
+    eval_envs = gym.make_vec("Pendulum-v1", num_envs=100)
+    trained = evaluate(trainer.policy, eval_envs, 100, seed=10_000 + args.seed)["return_mean"]
+    eval_envs.action_space.seed(args.seed)
+    eval_envs.reset(seed=10_000 + args.seed)
+    random_return = sum(eval_envs.step(eval_envs.action_space.sample())[1] for _ in range(200))
+    return {
+        "task": "pendulum",
+        "env_steps": trainer.env_steps,
+        "train_s": seconds,
+        "greedy_return_trained": trained,
+        "return_random": float(random_return.mean()),
+        "curve": curve,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("task", choices=["fruit", "cartpole"])
+    parser.add_argument("task", choices=["fruit", "cartpole", "pendulum"])
     parser.add_argument("--seconds", type=float, default=90.0, help="fruit: training time budget")
     parser.add_argument("--eval-every", type=float, default=5.0, help="fruit: eval period (s)")
     parser.add_argument("--episodes", type=int, default=1000, help="fruit: greedy eval episodes")
@@ -166,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    result = fruit(args) if args.task == "fruit" else cartpole(args)
+    result = {"fruit": fruit, "cartpole": cartpole, "pendulum": pendulum}[args.task](args)
     result.update(
         machine=machine_info(),
         command=" ".join(sys.argv),
