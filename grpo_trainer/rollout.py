@@ -73,26 +73,40 @@ def collect(
 
     No host synchronisation: the loop runs the full horizon whatever happens (the trainer
     shortens the horizon between updates when episodes end early).
+
+    Every operation here runs once per step, so at small batches their count is the cost
+    (a few microseconds each): values are written straight into the buffer (`copy_` casts),
+    and episode statistics are kept per sub-env and summed once at the end. Each member
+    ends at most one episode while alive, so a per-env slot holds that episode's value.
     """
     device = buffer.lengths.device
     alive = torch.ones(buffer.num_envs, dtype=torch.bool, device=device)
+    zero = torch.zeros((), device=device)
     buffer.lengths.zero_()
-    info_sums: dict[str, torch.Tensor] = {}
-    info_counts: dict[str, torch.Tensor] = {}
+    info_values: dict[str, torch.Tensor] = {}  # name -> (B,) value of b's ended episode
+    info_taken: dict[str, torch.Tensor] = {}  # name -> (B,) bool: b reported it
     for t in range(horizon):
-        stored = obs.to(buffer.obs.dtype)
-        buffer.obs[t] = stored
+        stored = buffer.obs[t]
+        stored.copy_(obs)  # the policy reads the stored (compact) value, as the update will
         action, logp = sample(stored, head.noise(buffer.num_envs, generator, device))
-        buffer.actions[t] = action.to(buffer.actions.dtype)
-        buffer.logp[t] = logp
+        buffer.actions[t].copy_(action)
+        buffer.logp[t].copy_(logp)
         step = env.step(head.to_env(action))
-        buffer.rewards[t] = torch.where(alive, step.reward, 0.0)
+        torch.where(alive, step.reward, zero, out=buffer.rewards[t])
         buffer.lengths += alive
         ended = alive & step.done
+        taken_by_mask: dict[int, torch.Tensor] = {}  # fields usually share one mask
         for name, (values, mask) in step.episode.items():
-            taken = ended & mask
-            info_sums[name] = info_sums.get(name, 0) + torch.where(taken, values, 0.0).sum()
-            info_counts[name] = info_counts.get(name, 0) + taken.sum()
-        alive = alive & ~step.done
+            taken = taken_by_mask.get(id(mask))
+            if taken is None:
+                taken = taken_by_mask[id(mask)] = ended & mask
+            if name not in info_values:
+                info_values[name] = torch.zeros_like(values, dtype=torch.float32)
+                info_taken[name] = torch.zeros_like(taken)
+            torch.where(taken, values, info_values[name], out=info_values[name])
+            info_taken[name] |= taken
+        alive = alive ^ ended
         obs = step.obs
+    info_sums = {name: values.sum() for name, values in info_values.items()}
+    info_counts = {name: taken.sum() for name, taken in info_taken.items()}
     return RolloutStats(~alive, info_sums, info_counts)
