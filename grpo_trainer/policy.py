@@ -11,6 +11,7 @@ Every head has one interface, so the rollout and the loss never branch on the ac
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -81,7 +82,8 @@ class CategoricalHead(ActionHead):
         return logp, entropy
 
     def to_env(self, action: torch.Tensor) -> torch.Tensor:
-        return action.long() + self.start
+        action = action.long()
+        return action + self.start if self.start else action  # one op fewer per rollout step
 
 
 class MultiCategoricalHead(ActionHead):
@@ -174,6 +176,38 @@ class GaussianHead(ActionHead):
         return torch.maximum(torch.minimum(action, self.high), self.low)
 
 
+class _SigmoidTanh(torch.autograd.Function):
+    """tanh(x) as 2 sigmoid(2x) - 1, with tanh's own backward, grad * (1 - y^2).
+
+    Why: on the x86 CPUs we measured, ATen's float32 `tanh` kernel costs about 10x its
+    `sigmoid` (2.4 vs 0.25 ns per element), and the two hidden tanh layers then cost more
+    than the matmuls around them. The identity is exact in real arithmetic; in float32 the
+    result stays within 2.4e-7 of `torch.tanh`, inside [-1, 1]. See docs/performance.md.
+    """
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        y = (x * 2.0).sigmoid_()  # a fresh tensor: the in-place ops touch nothing else
+        return y.mul_(2.0).sub_(1.0)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(grad, y)
+
+
+class Tanh(nn.Module):
+    """Drop-in for `nn.Tanh` (no parameters, so checkpoints are unchanged), several times
+    faster on the CPU: see `_SigmoidTanh`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _SigmoidTanh.apply(x)
+
+
 def make_head(space: gym.Space) -> ActionHead:
     """The action head for a single sub-env's action space."""
     if isinstance(space, gym.spaces.Discrete):
@@ -203,7 +237,7 @@ class Policy(nn.Module):
         activation: str = "tanh",
     ) -> None:
         super().__init__()
-        act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
+        act = {"tanh": Tanh, "relu": nn.ReLU}[activation]
         self.head = make_head(action_space)
         if is_image_space(observation_space):
             channels, height, width = observation_space.shape
