@@ -8,10 +8,26 @@ One step, in order: the basket moves (clamped to the board); every falling fruit
 row; fruits that reach the bottom row score +1 inside the basket and -1 outside, and vanish;
 then at most one fruit spawns in row 0 (always when fewer than `min_fruits` fall, else with
 `spawn_prob` when fewer than `max_fruits` fall and the highest is `min_spawn_gap` rows down).
+
+Two forms of the state: `FruitState` holds `(N, S)` tensors per fruit slot (the public form),
+`Game` holds the same fields with the `S` slots unrolled into tuples of `(N,)` tensors (the
+form the rules compute on). Why the rules are written this way (measured in
+docs/performance.md):
+
+* Unrolled slots: every value is an `(N,)` tensor, so torch.compile fuses the whole step
+  into one vectorised loop over the envs. (With `(S, N)` blocks or reductions over the slot
+  axis, inductor splits the step into several loops and stores bool intermediates.)
+* Bool masks select by arithmetic (`x * keep` for `torch.where(keep, x, 0)`): the same
+  integers, and on the CPU eager `torch.where` costs several times more than a multiply.
+* One hash per step: `draw` gives the step's random outcomes, shared by the step and by the
+  restart that NEXT_STEP autoreset applies to the same state.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -39,12 +55,61 @@ class FruitState(NamedTuple):
     counter: torch.Tensor  # (N,) int64, random-draw counter (one per step or reset)
 
 
+class Game(NamedTuple):
+    """`FruitState` without key and counter, fruit slots unrolled: `fruit_x[s]` is slot s."""
+
+    basket: torch.Tensor  # (N,) int32
+    fruit_x: tuple[torch.Tensor, ...]  # S x (N,) int32
+    fruit_y: tuple[torch.Tensor, ...]  # S x (N,) int32
+    active: tuple[torch.Tensor, ...]  # S x (N,) bool
+    score: torch.Tensor  # (N,) int32
+    t: torch.Tensor  # (N,) int32
+    caught: torch.Tensor  # (N,) int32
+    missed: torch.Tensor  # (N,) int32
+
+    @classmethod
+    def of(cls, state: FruitState) -> Game:
+        """The game part of a `FruitState` (views)."""
+        return cls(
+            state.basket,
+            state.fruit_x.unbind(1),
+            state.fruit_y.unbind(1),
+            state.active.unbind(1),
+            state.score,
+            state.t,
+            state.caught,
+            state.missed,
+        )
+
+    def state(self, key: torch.Tensor, counter: torch.Tensor) -> FruitState:
+        """The `FruitState` of this game with the given random key and counter."""
+        return FruitState(
+            self.basket,
+            torch.stack(self.fruit_x, 1),
+            torch.stack(self.fruit_y, 1),
+            torch.stack(self.active, 1),
+            self.score,
+            self.t,
+            self.caught,
+            self.missed,
+            key,
+            counter,
+        )
+
+
 class StepResult(NamedTuple):
     """What one step of the rules reports besides the new state."""
 
     reward: torch.Tensor  # (N,) float32
     terminated: torch.Tensor  # (N,) bool, score reached win_score or lose_score
     truncated: torch.Tensor  # (N,) bool, t reached max_episode_steps
+
+
+class Draw(NamedTuple):
+    """The random outcomes of one counter value: one hash, two uses."""
+
+    coin: torch.Tensor  # (N,) bool, the spawn_prob coin flip
+    column: torch.Tensor  # (N,) int32, the column of a new fruit
 
 
 def empty_state(params: FruitParams, num_envs: int, device: torch.device) -> FruitState:
@@ -68,128 +133,156 @@ def empty_state(params: FruitParams, num_envs: int, device: torch.device) -> Fru
     )
 
 
-def select(mask: torch.Tensor, a: FruitState, b: FruitState) -> FruitState:
-    """Per sub-env choice: `a` where mask is true, `b` elsewhere."""
-    return FruitState(*(_where(mask, x, y) for x, y in zip(a, b, strict=True)))
-
-
-def _where(mask: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return torch.where(mask.view(-1, *([1] * (x.dim() - 1))), x, y)
-
-
-def reset(params: FruitParams, state: FruitState, mask: torch.Tensor) -> FruitState:
-    """Start a new game where `mask` is true; other sub-envs keep their state."""
-    return select(mask, new_game(params, state), state)
-
-
-def new_game(params: FruitParams, state: FruitState) -> FruitState:
-    """A new game in every sub-env: basket centred, one fruit in row 0.
-
-    The fruit's column is drawn from the sub-env's current counter, which then advances.
-    Keys are kept: reseeding is the caller's job.
-    """
-    slots = torch.arange(params.max_fruits, device=state.key.device)
-    first = (slots == 0).expand_as(state.active)
-    col = rng.column(rng.draw(state.key, state.counter), params.width).to(torch.int32)
-    zero = torch.zeros_like(state.score)
-    return FruitState(
-        basket=torch.full_like(state.basket, params.max_basket_x // 2),
-        fruit_x=torch.where(first, col[:, None], 0),
-        fruit_y=torch.zeros_like(state.fruit_y),
-        active=first,
-        score=zero,
-        t=zero,
-        caught=zero,
-        missed=zero,
-        key=state.key,
-        counter=state.counter + 1,
+def draw(params: FruitParams, key: torch.Tensor, counter: torch.Tensor) -> Draw:
+    """The random outcomes of each sub-env's counter value."""
+    bits = rng.draw(key, counter)
+    return Draw(
+        coin=rng.spawn_bits(bits) < params.spawn_threshold,
+        column=rng.column(bits, params.width).to(torch.int32),
     )
 
 
-def step(
-    params: FruitParams, state: FruitState, action: torch.Tensor
-) -> tuple[FruitState, StepResult]:
-    """Advance every game by one step. `action` is an integer tensor of 0/1/2 (left/stay/right)."""
-    height, width = params.height, params.width
-    basket = (state.basket + action.to(torch.int32) - 1).clamp(0, params.max_basket_x)
+def advance(
+    params: FruitParams, game: Game, action: torch.Tensor, rand: Draw
+) -> tuple[Game, StepResult]:
+    """One step of every game. `action`: integer tensor of 0/1/2 (left/stay/right); `rand`:
+    the draw of the game's current counter (which the caller advances)."""
+    height = params.height
+    basket = (game.basket + action.to(torch.int32) - 1).clamp(0, params.max_basket_x)
+    basket_end = basket + params.basket_width
 
-    fall_y = state.fruit_y + state.active.to(torch.int32)
-    landed = state.active & (fall_y >= height - 1)
-    in_basket = (state.fruit_x >= basket[:, None]) & (
-        state.fruit_x < basket[:, None] + params.basket_width
-    )
-    caught = (landed & in_basket).sum(1, dtype=torch.int32)
-    missed = (landed & ~in_basket).sum(1, dtype=torch.int32)
-    active = state.active & ~landed
+    fall_y, falling, landed, caught, too_high = [], [], [], [], []
+    for x, y, active in zip(game.fruit_x, game.fruit_y, game.active, strict=True):
+        y = y + active  # active fruits drop one row
+        lands = active & (y >= height - 1)
+        stays = active ^ lands  # lands implies active
+        fall_y.append(y)
+        falling.append(stays)
+        landed.append(lands)
+        caught.append(lands & (x >= basket) & (x < basket_end))
+        too_high.append(stays & (y < params.min_spawn_gap))  # blocks a spawn_prob spawn
+    n_caught = _count(caught)
+    n_missed = _count(landed) - n_caught
+    reward = n_caught - n_missed
 
-    bits = rng.draw(state.key, state.counter)
-    count = active.sum(1)
-    highest = torch.where(active, fall_y, height).amin(1)
+    count = _count(falling)
     spawn = (count < params.min_fruits) | (
-        (count < params.max_fruits)
-        & (highest >= params.min_spawn_gap)
-        & (rng.spawn_bits(bits) < params.spawn_threshold)
+        (count < params.max_fruits) & ~_any(too_high) & rand.coin
     )
-    slots = torch.arange(params.max_fruits, device=active.device)
-    first_free = (~active).to(torch.uint8).argmax(1)
-    new_fruit = spawn[:, None] & (slots == first_free[:, None])
-    col = rng.column(bits, width).to(torch.int32)
+    fruit_x, fruit_y, active = [], [], []
+    for x, y, stays in zip(game.fruit_x, fall_y, falling, strict=True):
+        new = spawn & ~stays  # the new fruit, if any, takes the first free slot
+        spawn = spawn & stays
+        fruit_x.append(x * stays + rand.column * new)
+        fruit_y.append(y * stays)
+        active.append(stays | new)
 
-    score = state.score + caught - missed
-    t = state.t + 1
-    new_state = FruitState(
+    score = game.score + reward
+    t = game.t + 1
+    new_game = Game(
         basket=basket,
-        fruit_x=torch.where(new_fruit, col[:, None], torch.where(active, state.fruit_x, 0)),
-        fruit_y=torch.where(active, fall_y, 0),
-        active=active | new_fruit,
+        fruit_x=tuple(fruit_x),
+        fruit_y=tuple(fruit_y),
+        active=tuple(active),
         score=score,
         t=t,
-        caught=state.caught + caught,
-        missed=state.missed + missed,
-        key=state.key,
-        counter=state.counter + 1,
+        caught=game.caught + n_caught,
+        missed=game.missed + n_missed,
     )
     result = StepResult(
-        reward=(caught - missed).to(torch.float32),
+        reward=reward.to(torch.float32),
         terminated=(score >= params.win_score) | (score <= params.lose_score),
         truncated=t >= params.max_episode_steps,
     )
-    return new_state, result
+    return new_game, result
 
 
-def observe_features(params: FruitParams, state: FruitState) -> torch.Tensor:
+def restart(params: FruitParams, game: Game, mask: torch.Tensor, rand: Draw) -> Game:
+    """`game` where `mask` is false; a new game where it is true: basket centred, one fruit in
+    row 0 of slot 0 at `rand.column`."""
+    keep = ~mask
+    (x0, *xs), (a0, *actives) = game.fruit_x, game.active
+    return Game(
+        basket=game.basket + (params.max_basket_x // 2 - game.basket) * mask,
+        fruit_x=(x0 * keep + rand.column * mask, *(x * keep for x in xs)),
+        fruit_y=tuple(y * keep for y in game.fruit_y),
+        active=(a0 & keep | mask, *(a & keep for a in actives)),
+        score=game.score * keep,
+        t=game.t * keep,
+        caught=game.caught * keep,
+        missed=game.missed * keep,
+    )
+
+
+def features(params: FruitParams, game: Game) -> torch.Tensor:
     """float32 `(N, 1 + 3*max_fruits)`: basket centre, then (x, y, active) per slot, in [0, 1].
 
     The basket centre and fruit columns share one scale, so "fruit above basket" is equality.
     Divisions (not multiplications by a reciprocal) keep results bit-identical to numpy's.
     """
     x_max, y_max = params.width - 1, params.height - 1
-    centre = (state.basket.to(torch.float32) + (params.basket_width - 1) / 2) / x_max
-    per_slot = torch.stack(
-        (
-            state.fruit_x.to(torch.float32) / x_max,
-            state.fruit_y.to(torch.float32) / y_max,
-            state.active.to(torch.float32),
-        ),
-        dim=-1,
+    columns = [(game.basket.to(torch.float32) + (params.basket_width - 1) / 2) / x_max]
+    for x, y, active in zip(game.fruit_x, game.fruit_y, game.active, strict=True):
+        columns += [x / x_max, y / y_max, active.to(torch.float32)]
+    return torch.stack(columns, 1)
+
+
+def pixels(params: FruitParams, game: Game) -> torch.Tensor:
+    """uint8 `(N, 1, height, width)`: fruit 255, basket 128, empty 0."""
+    device = game.basket.device
+    rows = torch.arange(params.height, device=device).view(1, -1, 1)
+    cols = torch.arange(params.width, device=device).view(1, 1, -1)
+    fruit = _any(
+        [
+            active.view(-1, 1, 1) & (y.view(-1, 1, 1) == rows) & (x.view(-1, 1, 1) == cols)
+            for x, y, active in zip(game.fruit_x, game.fruit_y, game.active, strict=True)
+        ]
     )
-    return torch.cat((centre[:, None], per_slot.flatten(1)), dim=1)
+    left = game.basket.view(-1, 1, 1)
+    basket = (rows == params.height - 1) & (cols >= left) & (cols < left + params.basket_width)
+    image = torch.where(fruit, FRUIT_PIXEL, torch.where(basket, BASKET_PIXEL, 0))
+    return image.to(torch.uint8)[:, None]
+
+
+OBSERVERS = {"features": features, "pixels": pixels}
+
+
+def _count(masks: Sequence[torch.Tensor]) -> torch.Tensor:
+    """How many of the bool masks are true, per env (int32)."""
+    first, *others = masks
+    return functools.reduce(operator.add, others, first.to(torch.int32))
+
+
+def _any(masks: Sequence[torch.Tensor]) -> torch.Tensor:
+    return functools.reduce(operator.or_, masks)
+
+
+# -- the same rules over `FruitState`, for analysis and tests ----------------------------------
+
+
+def step(
+    params: FruitParams, state: FruitState, action: torch.Tensor
+) -> tuple[FruitState, StepResult]:
+    """Advance every game by one step. `action` is an integer tensor of 0/1/2 (left/stay/right)."""
+    game, result = advance(params, Game.of(state), action, draw(params, state.key, state.counter))
+    return game.state(state.key, state.counter + 1), result
+
+
+def reset(params: FruitParams, state: FruitState, mask: torch.Tensor) -> FruitState:
+    """Start a new game where `mask` is true; other sub-envs keep their state.
+
+    The fruit's column is drawn from the sub-env's current counter, which then advances.
+    Keys are kept: reseeding is the caller's job.
+    """
+    game = restart(params, Game.of(state), mask, draw(params, state.key, state.counter))
+    return game.state(state.key, state.counter + mask)
+
+
+def observe_features(params: FruitParams, state: FruitState) -> torch.Tensor:
+    """`features` of a `FruitState`."""
+    return features(params, Game.of(state))
 
 
 def observe_pixels(params: FruitParams, state: FruitState) -> torch.Tensor:
-    """uint8 `(N, 1, height, width)`: fruit 255, basket 128, empty 0."""
-    device = state.basket.device
-    rows = torch.arange(params.height, device=device).view(1, 1, -1, 1)
-    cols = torch.arange(params.width, device=device).view(1, 1, 1, -1)
-    fruit = (
-        state.active[:, :, None, None]
-        & (state.fruit_y[:, :, None, None] == rows)
-        & (state.fruit_x[:, :, None, None] == cols)
-    ).any(1, keepdim=True)
-    left = state.basket.view(-1, 1, 1, 1)
-    basket = (rows == params.height - 1) & (cols >= left) & (cols < left + params.basket_width)
-    image = torch.where(fruit, FRUIT_PIXEL, torch.where(basket, BASKET_PIXEL, 0))
-    return image.to(torch.uint8)
-
-
-OBSERVERS = {"features": observe_features, "pixels": observe_pixels}
+    """`pixels` of a `FruitState`."""
+    return pixels(params, Game.of(state))

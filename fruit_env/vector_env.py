@@ -3,6 +3,12 @@
 The shell checks inputs, keeps seeds and autoreset bookkeeping, and calls one pure
 *transition* function per step. There is one transition per autoreset mode, all with the
 same signature, so the hot path has no mode flags and compiles as a single graph.
+
+Between steps the game state lives in one packed int32 tensor (`pack`), and the transition
+reports its flags as int32 rows that the shell turns into bool tensors. Few tensors, none of
+them bool, cross the compiled graph's boundary: each input tensor costs guard time on every
+call, and inductor's CPU code loads and stores bool tensors element by element (measured in
+docs/performance.md).
 """
 
 from __future__ import annotations
@@ -21,94 +27,179 @@ from fruit_env import core, rng
 from fruit_env.params import FruitParams
 from fruit_env.render import RENDER_FPS, RENDER_MODES, ansi_board, rgb_frame
 
-Observer = Callable[[FruitParams, core.FruitState], torch.Tensor]
+Observer = Callable[[FruitParams, core.Game], torch.Tensor]
+
+
+def pack(game: core.Game, pending: torch.Tensor) -> torch.Tensor:
+    """The game and the NEXT_STEP `pending` mask as one int32 `(3*S + 6, N)` tensor, one row
+    per field and slot (bool rows hold 0/1)."""
+    rows = (
+        game.basket,
+        *game.fruit_x,
+        *game.fruit_y,
+        *game.active,
+        game.score,
+        game.t,
+        game.caught,
+        game.missed,
+        pending,
+    )
+    return torch.stack(rows)
+
+
+def unpack(packed: torch.Tensor) -> tuple[core.Game, torch.Tensor]:
+    """The inverse of `pack`: views of its rows (bool rows are compared with 0)."""
+    s = (packed.shape[0] - 6) // 3
+    basket, *rows = packed.unbind()
+    score, t, caught, missed, pending = rows[3 * s :]
+    game = core.Game(
+        basket=basket,
+        fruit_x=tuple(rows[:s]),
+        fruit_y=tuple(rows[s : 2 * s]),
+        active=tuple(row != 0 for row in rows[2 * s : 3 * s]),
+        score=score,
+        t=t,
+        caught=caught,
+        missed=missed,
+    )
+    return game, pending != 0
 
 
 class Transition(NamedTuple):
     """Everything one vector step produces."""
 
-    state: core.FruitState
+    packed: torch.Tensor  # the next state, see `pack`
+    counter: torch.Tensor  # (N,) int64, the next random-draw counters
     obs: torch.Tensor
     reward: torch.Tensor
-    terminated: torch.Tensor
-    truncated: torch.Tensor
-    ended: torch.Tensor  # (N,) bool: an episode ended on this step (the `_episode` mask)
+    flags: torch.Tensor  # (3, N) int32 0/1: terminated, truncated, ended (the `_episode` mask)
     episode: tuple[torch.Tensor, ...]  # (return, length, caught, missed) of the ended episode
     final_obs: torch.Tensor | None  # SAME_STEP only: the last observation of ended episodes
+    invalid: torch.Tensor  # () bool: some action was outside {0, 1, 2} (and was clamped)
 
 
-def _episode_stats(state: core.FruitState) -> tuple[torch.Tensor, ...]:
-    return state.score.to(torch.float32), state.t, state.caught, state.missed
+def _clamp_actions(action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Actions clamped to {0, 1, 2}, and whether any needed it (checked in the graph, so that
+    validation costs the shell no extra kernels)."""
+    clamped = action.clamp(0, 2)
+    return clamped, (clamped != action).any()
+
+
+def _report(
+    params: FruitParams,
+    observe: Observer,
+    new: core.Game,
+    pending: torch.Tensor,
+    counter: torch.Tensor,
+    stepped: core.Game,
+    reward: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    final_obs: torch.Tensor | None,
+    invalid: torch.Tensor,
+) -> Transition:
+    ended = terminated | truncated
+    return Transition(
+        pack(new, pending),
+        counter,
+        observe(params, new),
+        reward,
+        torch.stack([flag.to(torch.int32) for flag in (terminated, truncated, ended)]),
+        (stepped.score.to(torch.float32), stepped.t, stepped.caught, stepped.missed),
+        final_obs,
+        invalid,
+    )
 
 
 def _next_step(
     params: FruitParams,
     observe: Observer,
-    state: core.FruitState,
+    packed: torch.Tensor,
+    key: torch.Tensor,
+    counter: torch.Tensor,
     action: torch.Tensor,
-    pending: torch.Tensor,
 ) -> Transition:
-    """NEXT_STEP: sub-envs whose episode ended last step restart now and ignore their action."""
-    stepped, result = core.step(params, state, action)
-    new = core.select(pending, core.new_game(params, state), stepped)
-    terminated = result.terminated & ~pending
-    truncated = result.truncated & ~pending
-    reward = torch.where(pending, 0.0, result.reward)
-    ended = terminated | truncated
-    return Transition(
+    """NEXT_STEP: sub-envs whose episode ended last step restart now and ignore their action.
+
+    The restart draws from the same counter value as the step, so both share one hash.
+    """
+    action, invalid = _clamp_actions(action)
+    game, pending = unpack(packed)
+    rand = core.draw(params, key, counter)
+    stepped, result = core.advance(params, game, action, rand)
+    new = core.restart(params, stepped, pending, rand)
+    keep = ~pending
+    terminated = result.terminated & keep
+    truncated = result.truncated & keep
+    return _report(
+        params,
+        observe,
         new,
-        observe(params, new),
-        reward,
+        terminated | truncated,
+        counter + 1,
+        stepped,
+        torch.where(pending, 0.0, result.reward),
         terminated,
         truncated,
-        ended,
-        _episode_stats(stepped),
         None,
+        invalid,
     )
 
 
 def _same_step(
     params: FruitParams,
     observe: Observer,
-    state: core.FruitState,
+    packed: torch.Tensor,
+    key: torch.Tensor,
+    counter: torch.Tensor,
     action: torch.Tensor,
-    pending: torch.Tensor,
 ) -> Transition:
-    """SAME_STEP: an ended episode restarts at once; its last observation goes to `final_obs`."""
-    stepped, result = core.step(params, state, action)
+    """SAME_STEP: an ended episode restarts at once (drawing from the next counter value);
+    its last observation goes to `final_obs`."""
+    action, invalid = _clamp_actions(action)
+    game, pending = unpack(packed)
+    stepped, result = core.advance(params, game, action, core.draw(params, key, counter))
     ended = result.terminated | result.truncated
-    new = core.select(ended, core.new_game(params, stepped), stepped)
-    return Transition(
+    new = core.restart(params, stepped, ended, core.draw(params, key, counter + 1))
+    return _report(
+        params,
+        observe,
         new,
-        observe(params, new),
+        pending,
+        counter + 1 + ended,
+        stepped,
         result.reward,
         result.terminated,
         result.truncated,
-        ended,
-        _episode_stats(stepped),
         observe(params, stepped),
+        invalid,
     )
 
 
 def _disabled(
     params: FruitParams,
     observe: Observer,
-    state: core.FruitState,
+    packed: torch.Tensor,
+    key: torch.Tensor,
+    counter: torch.Tensor,
     action: torch.Tensor,
-    pending: torch.Tensor,
 ) -> Transition:
     """DISABLED: no restarts; the caller resets with `options={"reset_mask": ...}`."""
-    stepped, result = core.step(params, state, action)
-    ended = result.terminated | result.truncated
-    return Transition(
+    action, invalid = _clamp_actions(action)
+    game, pending = unpack(packed)
+    stepped, result = core.advance(params, game, action, core.draw(params, key, counter))
+    return _report(
+        params,
+        observe,
         stepped,
-        observe(params, stepped),
+        pending,
+        counter + 1,
+        stepped,
         result.reward,
         result.terminated,
         result.truncated,
-        ended,
-        _episode_stats(stepped),
         None,
+        invalid,
     )
 
 
@@ -177,10 +268,10 @@ class FruitCatcherVectorEnv(VectorEnv):
             torch.compile(transition, fullgraph=True, dynamic=False) if compile else transition
         )
         self._observe = functools.partial(core.OBSERVERS[p.obs_mode], p)
-        self._state = core.empty_state(p, self.num_envs, self.device)
         keys = torch.from_numpy(rng.seed_keys(rng.fresh_seeds(self.num_envs)))
-        self._state = self._state._replace(key=keys.to(self.device))
-        self._pending = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        self._state = core.empty_state(p, self.num_envs, self.device)._replace(
+            key=keys.to(self.device)
+        )
         self._needs_reset = True
 
     # -- batched spaces are built on first use: at millions of envs they cost real memory ----
@@ -206,36 +297,42 @@ class FruitCatcherVectorEnv(VectorEnv):
         mask = self._reset_mask(options.pop("reset_mask", None))
         if options:
             raise ValueError(f"unknown reset options {sorted(options)}; only 'reset_mask' is known")
-        state = self._state
+        key, counter = self._key, self._counter
         seeded = self._seeded_mask(seed, mask)
         if seeded is not None:
             seeded_mask, keys = seeded
-            state = state._replace(
-                key=torch.where(seeded_mask, keys, state.key),
-                counter=torch.where(seeded_mask, 0, state.counter),
-            )
-        self._state = core.reset(self.params, state, mask)
-        self._pending = self._pending & ~mask
+            key = torch.where(seeded_mask, keys, key)
+            counter = torch.where(seeded_mask, 0, counter)
+        game, pending = unpack(self._packed)
+        game = core.restart(self.params, game, mask, core.draw(self.params, key, counter))
+        self._packed = pack(game, pending & ~mask)
+        self._key, self._counter = key, counter + mask
         self._needs_reset = False
-        return self._observe(self._state), {}
+        return self._observe(game), {}
 
     def step(
         self, actions: Any
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         if self._needs_reset:
             raise RuntimeError("call reset() before step()")
-        out = self._transition(self._state, self._as_actions(actions), self._pending)
-        self._state = out.state
-        if self.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP:
-            self._pending = out.ended
+        actions = self._as_actions(actions)
+        out = self._transition(self._packed, self._key, self._counter, actions)
+        if self.validate_actions and out.invalid:  # one host sync; skip with validate_actions=False
+            index = int(((actions < 0) | (actions > 2)).nonzero()[0, 0])
+            raise ValueError(
+                f"actions must be 0, 1 or 2; sub-env {index} got {int(actions[index])}"
+            )
+        self._packed, self._counter = out.packed, out.counter
+        # One tensor each (not views of one): DLPack consumers such as JAX copy unaligned views.
+        terminated, truncated, ended = (flag.to(torch.bool) for flag in out.flags)
         info: dict[str, Any] = {
             "episode": dict(zip(EPISODE_KEYS, out.episode, strict=True)),
-            "_episode": out.ended,
+            "_episode": ended,
         }
         if out.final_obs is not None:
             info["final_obs"] = out.final_obs
-            info["_final_obs"] = out.ended
-        return out.obs, out.reward, out.terminated, out.truncated, info
+            info["_final_obs"] = ended
+        return out.obs, out.reward, terminated, truncated, info
 
     def render(self) -> list[np.ndarray] | list[str] | None:
         """One frame (or text board) per sub-env; meant for small `num_envs`."""
@@ -258,6 +355,28 @@ class FruitCatcherVectorEnv(VectorEnv):
         """The current game state (read-only by convention; for analysis and tests)."""
         return self._state
 
+    @property
+    def _state(self) -> core.FruitState:
+        game, _ = unpack(self._packed)
+        return game.state(self._key, self._counter)
+
+    @_state.setter
+    def _state(self, state: core.FruitState) -> None:
+        """Replace the game state; pending NEXT_STEP restarts stay (tests plant states here)."""
+        n = state.basket.shape[0]
+        packed = getattr(self, "_packed", None)
+        if packed is not None and packed.shape[1] == n:
+            pending = unpack(packed)[1]
+        else:
+            pending = torch.zeros(n, dtype=torch.bool, device=state.basket.device)
+        self._packed = pack(core.Game.of(state), pending)
+        self._key, self._counter = state.key, state.counter
+
+    @property
+    def _pending(self) -> torch.Tensor:
+        """NEXT_STEP: sub-envs whose episode ended on the last step (they restart next step)."""
+        return unpack(self._packed)[1]
+
     # -- input checks --------------------------------------------------------------------------
 
     def _as_actions(self, actions: Any) -> torch.Tensor:
@@ -276,16 +395,9 @@ class FruitCatcherVectorEnv(VectorEnv):
             or actions.dtype == torch.bool
         ):
             raise ValueError(f"actions must have an integer dtype, got {actions.dtype}")
-        actions = actions.to(self.device, non_blocking=True)
-        if not self.validate_actions:
-            return actions.clamp(0, 2)
-        bad = (actions < 0) | (actions > 2)
-        if bad.any():  # one host sync; skip with validate_actions=False
-            index = int(bad.nonzero()[0, 0])
-            raise ValueError(
-                f"actions must be 0, 1 or 2; sub-env {index} got {int(actions[index])}"
-            )
-        return actions
+        # The range check (or, with validate_actions=False, the clamp) runs inside the
+        # transition: see `_clamp_actions`.
+        return actions.to(self.device, non_blocking=True)
 
     def _reset_mask(self, mask: Any) -> torch.Tensor:
         if mask is None:
