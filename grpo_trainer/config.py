@@ -7,7 +7,9 @@ naming the field), printable, and saved as JSON with every checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
 from typing import Any, Literal, get_args
 
 AdvantageMode = Literal["per_step", "outcome"]
@@ -40,6 +42,17 @@ class RunConfig:
     def __post_init__(self) -> None:
         _check_choice(self, "amp", AmpMode)
         _check_int(self, "seed", minimum=0)
+        if self.seed >= 2**63:
+            raise ValueError(f"seed must be below 2**63, got {self.seed}")
+        for name in ("fused_optimizer", "progress", "tensorboard"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for name in ("run_dir", "resume"):
+            value = getattr(self, name)
+            if isinstance(value, os.PathLike):
+                setattr(self, name, os.fspath(value))
+            elif value is not None and not isinstance(value, str):
+                raise ValueError(f"{name} must be a path or None, got {value!r}")
         _check_int(self, "checkpoint_every", minimum=0)
         _check_int(self, "keep_checkpoints", minimum=1)
         _check_int(self, "max_consecutive_skips", minimum=1)
@@ -47,6 +60,12 @@ class RunConfig:
             raise ValueError(f"env must be a Gymnasium id string, got {self.env!r}")
         if not isinstance(self.env_kwargs, dict):
             raise ValueError(f"env_kwargs must be a dict, got {self.env_kwargs!r}")
+        try:  # checkpoints store the config as JSON
+            json.dumps(self.env_kwargs)
+        except (TypeError, ValueError) as err:
+            raise ValueError(
+                f"env_kwargs must be JSON data (strings, numbers, ...): {err}"
+            ) from None
         if not isinstance(self.device, str) or not self.device:
             raise ValueError(
                 f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}"
