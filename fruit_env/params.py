@@ -10,6 +10,7 @@ import dataclasses
 import math
 
 OBS_MODES = ("features", "pixels")
+_INT32_LIMIT = 2**31
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +44,8 @@ class FruitParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{name} must be an int, got {value!r}")
+            if not -_INT32_LIMIT < value < _INT32_LIMIT:  # the state is int32
+                raise ValueError(f"{name} must be within ±{_INT32_LIMIT - 1}, got {value}")
         _require(self.width >= 2, "width", self.width, "at least 2")
         _require(self.height >= 2, "height", self.height, "at least 2")
         _require(

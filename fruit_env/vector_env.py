@@ -14,7 +14,7 @@ docs/performance.md).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -255,6 +255,7 @@ class FruitCatcherVectorEnv(VectorEnv):
         self.validate_actions = bool(validate_actions)
         mode = parse_autoreset_mode(autoreset_mode)
         self.metadata = {**self.metadata, "autoreset_mode": mode}
+        self.autoreset_mode = mode  # as SyncVectorEnv has it; TorchRL reads this attribute
 
         p = self.params
         self.single_action_space = gym.spaces.Discrete(3)
@@ -293,6 +294,8 @@ class FruitCatcherVectorEnv(VectorEnv):
         options: dict[str, Any] | None = None,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Start new games. `options={"reset_mask": mask}` restarts only the masked sub-envs."""
+        if options is not None and not isinstance(options, Mapping):
+            raise ValueError(f"options must be a dict or None, got {options!r}")
         options = dict(options or {})
         mask = self._reset_mask(options.pop("reset_mask", None))
         if options:
@@ -381,10 +384,12 @@ class FruitCatcherVectorEnv(VectorEnv):
 
     def _as_actions(self, actions: Any) -> torch.Tensor:
         if not isinstance(actions, torch.Tensor):
-            array = np.asarray(actions)
-            if array.dtype == object:
-                raise ValueError(f"actions must be integers, got {actions!r}")
-            actions = torch.from_numpy(array)
+            actions = torch.from_numpy(_integer_array(actions, "actions"))
+        elif actions.layout != torch.strided or actions.device.type == "meta":
+            raise ValueError(
+                f"actions must be a dense tensor with data, got {actions.layout} "
+                f"on {actions.device}"
+            )
         if actions.shape != (self.num_envs,):
             raise ValueError(
                 f"actions must have shape ({self.num_envs},), got {tuple(actions.shape)}"
@@ -395,6 +400,8 @@ class FruitCatcherVectorEnv(VectorEnv):
             or actions.dtype == torch.bool
         ):
             raise ValueError(f"actions must have an integer dtype, got {actions.dtype}")
+        if actions.dtype in _WIDE_UNSIGNED:  # torch has few kernels for these dtypes
+            actions = actions.to(torch.int64)
         # The range check (or, with validate_actions=False, the clamp) runs inside the
         # transition: see `_clamp_actions`.
         return actions.to(self.device, non_blocking=True)
@@ -403,7 +410,17 @@ class FruitCatcherVectorEnv(VectorEnv):
         if mask is None:
             return torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
         if not isinstance(mask, torch.Tensor):
-            mask = torch.from_numpy(np.asarray(mask))
+            try:
+                array = np.asarray(mask)
+            except ValueError as err:
+                raise ValueError(f"options['reset_mask'] is not an array: {err}") from None
+            if array.dtype != np.bool_:
+                raise ValueError(
+                    f"options['reset_mask'] must be a bool array, got dtype {array.dtype}"
+                )
+            mask = torch.from_numpy(array)
+        elif mask.device.type == "meta" or mask.layout != torch.strided:
+            raise ValueError("options['reset_mask'] must be a dense tensor with data")
         if mask.shape != (self.num_envs,) or mask.dtype != torch.bool:
             raise ValueError(
                 f"options['reset_mask'] must be a bool array of shape ({self.num_envs},), "
@@ -435,6 +452,24 @@ class FruitCatcherVectorEnv(VectorEnv):
         return torch.from_numpy(given).to(self.device) & mask, keys
 
 
+_WIDE_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
+
+
+def _integer_array(values: Any, name: str) -> np.ndarray:
+    """numpy integers from array-likes, or a `ValueError` naming `name`."""
+    try:
+        array = np.asarray(values)
+    except ValueError as err:  # ragged nesting
+        raise ValueError(f"{name} must be an array of integers: {err}") from None
+    if array.dtype.kind not in "iu":  # bool, float, strings, objects
+        raise ValueError(f"{name} must have an integer dtype, got {array.dtype}")
+    if array.dtype.kind == "u" and array.dtype.itemsize > 1:  # few torch kernels for these
+        array = array.astype(np.int64)
+    if not array.flags.writeable:  # torch cannot alias read-only memory
+        array = array.copy()
+    return array
+
+
 def resolve_device(device: str | torch.device) -> torch.device:
     """A `torch.device` that exists on this machine, or a `ValueError` naming the problem."""
     try:
@@ -450,7 +485,11 @@ def resolve_device(device: str | torch.device) -> torch.device:
                 f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) exist"
             )
         resolved = torch.device("cuda", index)
-    elif resolved.type not in ("cpu", "mps", "xpu"):
+    elif resolved.type in ("mps", "xpu"):
+        backend = torch.backends.mps if resolved.type == "mps" else getattr(torch, "xpu", None)
+        if backend is None or not backend.is_available():
+            raise ValueError(f"device {device!r} requested but {resolved.type} is not available")
+    elif resolved.type != "cpu":
         raise ValueError(f"device {device!r}: unsupported device type {resolved.type!r}")
     return resolved
 

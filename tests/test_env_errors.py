@@ -75,11 +75,6 @@ def test_cuda_without_cuda_is_a_value_error() -> None:
         FruitCatcherVectorEnv(2, device="cuda")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="resolve_device accepts 'mps'/'xpu' without checking availability: the env then "
-    "fails with NotImplementedError (mps) / AssertionError (xpu) while allocating state",
-)
 @pytest.mark.parametrize("device", ["mps", "xpu"])
 def test_unavailable_accelerator_is_a_value_error(device: str) -> None:
     """device="mps" / "xpu" on a machine without that backend raises a ValueError naming it."""
@@ -185,10 +180,6 @@ def test_out_of_range_reports_the_sub_env() -> None:
         env.step(np.array([1, 1, 9]))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="string actions reach torch.from_numpy and raise TypeError, not ValueError",
-)
 def test_string_actions_are_a_value_error() -> None:
     """An array of strings is rejected with a ValueError like other non-integer actions."""
     env = fresh_env()
@@ -214,11 +205,6 @@ def test_any_integer_dtype_is_accepted(dtype: Any) -> None:
             assert torch.equal(a, b)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="unsigned 16/32/64-bit actions raise NotImplementedError ('lt_cpu' / "
-    "'clamp_scalar_cpu' not implemented for 'UInt32' etc.) in FruitCatcherVectorEnv._as_actions",
-)
 @pytest.mark.parametrize("validate", [True, False])
 @pytest.mark.parametrize(
     "dtype",
