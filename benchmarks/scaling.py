@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -39,33 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def _machine_info() -> dict[str, Any]:
-    """What the figures depend on (used until benchmarks/_common.py provides it)."""
-    import gymnasium
-
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "gymnasium": gymnasium.__version__,
-        "cpu_count": os.cpu_count(),
-    }
-
-
-def _write_result(name: str, result: dict[str, Any]) -> Path:
-    out = RESULTS / f"{name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    return out
-
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-try:  # the benchmarks' shared helpers, where present
-    from _common import machine_info, write_result
-except ImportError:
-    machine_info, write_result = _machine_info, _write_result
-
+from _common import machine_info, write_result  # noqa: E402
 
 # -- one rank (run by torchrun) ----------------------------------------------------------------
 

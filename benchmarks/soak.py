@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -200,23 +199,8 @@ def train_phase(updates: int, device: torch.device, args: argparse.Namespace) ->
     }
 
 
-def _machine_info() -> dict[str, Any]:
-    """What the figures depend on (used where benchmarks/_common.py is absent)."""
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "gymnasium": gym.__version__,
-        "cpu_count": os.cpu_count(),
-    }
-
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-try:  # the benchmarks' shared helpers, where present
-    from _common import machine_info
-except ImportError:
-    machine_info = _machine_info
+from _common import machine_info  # noqa: E402
 
 
 def machine(device: torch.device) -> dict[str, Any]:
