@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +18,6 @@ from grpo_trainer.checkpoint import CheckpointError
 
 # 4 groups x 4 members x 24-step games: 384 valid steps per update.
 STEPS_PER_UPDATE = 16 * 24
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Shared 2-core machine: one intra-op thread avoids oversubscription (10x slowdowns)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def _trainer(*, run_dir: Path | None = None, resume: Path | None = None, **kw: Any) -> GRPOTrainer:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import gymnasium as gym
@@ -19,15 +18,6 @@ from grpo_trainer.policy import Policy
 
 CPU = torch.device("cpu")
 GAME_STEPS = 30  # short games keep evaluation quick
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Shared 2-core machine: one intra-op thread avoids oversubscription (10x slowdowns)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def _fruit(num_envs: int) -> gym.vector.VectorEnv:

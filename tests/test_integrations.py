@@ -5,27 +5,17 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import pytest
-import torch
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONAL = ("stable_baselines3", "jax", "torchrl", "tensordict", "moviepy", "tensorboard")
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def doc_snippets() -> list[str]:

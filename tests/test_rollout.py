@@ -7,7 +7,6 @@ stepped through a fresh env give the rewards and episode ends the buffer must ho
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 
 import gymnasium as gym
 import pytest
@@ -21,15 +20,6 @@ from grpo_trainer.rollout import RolloutBuffer, collect
 from grpo_trainer.trainer import storage_dtype
 
 CPU = torch.device("cpu")
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Shared 2-core machine: one intra-op thread avoids oversubscription (10x slowdowns)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def _fruit(num_envs: int, **kwargs: object) -> gym.vector.VectorEnv:

@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import gymnasium as gym
 import pytest
-import torch
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
@@ -19,14 +17,6 @@ from grpo_trainer.cli import main
 # 4 sub-envs x 16 steps = 64 valid steps per update; 3 updates.
 TINY = ["--num-groups", "2", "--group-size", "2", "--max-episode-steps", "16"]
 TINY += ["--total-env-steps", "192", "--hidden-sizes", "8", "--device", "cpu", "--no-progress"]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def metric_rows(run_dir: Path) -> list[dict[str, float]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -51,15 +50,6 @@ UPDATE_FIELDS = {
     "episode_caught",
     "episode_missed",
 }
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Shared 2-core machine: one intra-op thread avoids oversubscription (10x slowdowns)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def _fruit_trainer(
