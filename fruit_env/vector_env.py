@@ -14,6 +14,7 @@ docs/performance.md).
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -209,6 +210,14 @@ _TRANSITIONS = {
     AutoresetMode.DISABLED: _disabled,
 }
 EPISODE_KEYS = ("r", "l", "caught", "missed")
+# Each env's compiled step counts its own recompilations (one per action dtype, say), where
+# torch supports it: all envs share one Python function, so several sizes or rule sets in one
+# process would otherwise exhaust the shared recompile limit, a hard error with fullgraph=True.
+_COMPILE_OPTIONS: dict[str, Any] = (
+    {"isolate_recompiles": True}
+    if "isolate_recompiles" in inspect.signature(torch.compile).parameters
+    else {}
+)
 
 
 class FruitCatcherVectorEnv(VectorEnv):
@@ -266,7 +275,9 @@ class FruitCatcherVectorEnv(VectorEnv):
 
         transition = functools.partial(_TRANSITIONS[mode], p, core.OBSERVERS[p.obs_mode])
         self._transition = (
-            torch.compile(transition, fullgraph=True, dynamic=False) if compile else transition
+            torch.compile(transition, fullgraph=True, dynamic=False, **_COMPILE_OPTIONS)
+            if compile
+            else transition
         )
         self._observe = functools.partial(core.OBSERVERS[p.obs_mode], p)
         keys = torch.from_numpy(rng.seed_keys(rng.fresh_seeds(self.num_envs)))
