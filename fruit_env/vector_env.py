@@ -275,7 +275,14 @@ class FruitCatcherVectorEnv(VectorEnv):
 
         transition = functools.partial(_TRANSITIONS[mode], p, core.OBSERVERS[p.obs_mode])
         self._transition = (
-            torch.compile(transition, fullgraph=True, dynamic=False, **_COMPILE_OPTIONS)
+            torch.compile(
+                transition,
+                fullgraph=True,
+                dynamic=False,
+                # On the CPU a C++ wrapper around the kernel saves ~15 us of Python per step.
+                options={"cpp_wrapper": True} if self.device.type == "cpu" else None,
+                **_COMPILE_OPTIONS,
+            )
             if compile
             else transition
         )
