@@ -691,6 +691,7 @@ def main() -> None:
     result = {
         "benchmark": "train_throughput",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "git": _git_state(),
         "machine": machine_info(),
         "device": args.device,
         "threads": args.threads,
@@ -727,6 +728,16 @@ def main() -> None:
         parts.append(f"{head['bytes_per_step']} B/step")
     load = f"load {load_before[0]:.1f}" if load_before else ""
     print(f"train_throughput: {'; '.join(parts)} ({load}, {args.threads} threads) -> {path}")
+
+
+def _git_state() -> dict[str, Any]:
+    """The commit measured, and whether the working tree had uncommitted changes."""
+
+    def git(*argv: str) -> str:
+        done = subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
 
 
 def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
