@@ -37,6 +37,11 @@ format: venv
 
 bench: venv
 	$(PY) benchmarks/env_throughput.py
+	$(PY) benchmarks/train_throughput.py
+
+bench-quick: venv
+	$(PY) benchmarks/env_throughput.py --quick
+	$(PY) benchmarks/train_throughput.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis *.egg-info
