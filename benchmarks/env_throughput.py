@@ -4,6 +4,7 @@ against Gymnasium's SyncVectorEnv of the single-game env (the per-game Python re
     python benchmarks/env_throughput.py            # full: 64 .. 65536 envs (CPU), 64 .. 4M (GPU)
     python benchmarks/env_throughput.py --quick    # under a minute once torch.compile is cached
     python benchmarks/env_throughput.py --device cuda --sizes 1048576 4194304
+    python benchmarks/env_throughput.py --ab f0a5dfb HEAD --sizes 16384   # git revisions A/B
 
 Method. Actions are random integers in {0, 1, 2}, generated before timing as a bank of
 int64 tensors on the env's device (`torch.randint`, the dtype a Categorical policy samples);
@@ -14,6 +15,10 @@ per second and the JSON keeps every block. Variants are timed in turns (eager bl
 block, eager block, ...), so that a change in a shared machine's load hits them alike. On
 CUDA a block ends with `torch.cuda.synchronize()`.
 
+`--ab REV ...` times `fruit_env` as it is at each git revision, in fresh processes launched in
+turns (round-robin, alternating order), each with its own torch.compile cache: the first
+round's compile time is a cold compile.
+
 Envs use their defaults (NEXT_STEP autoreset, feature observations), except that on CUDA
 `validate_actions=False`: the action check costs a device-to-host sync per step there (on the
 CPU it is one flag read, and stays on).
@@ -22,8 +27,13 @@ CPU it is one flag read, and stays on).
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -82,6 +92,7 @@ def bench_vector(
     device: torch.device,
     repeats: int,
     quick: bool,
+    quiet: bool = False,
 ) -> list[dict[str, Any]]:
     rows = []
     sync = torch.cuda.synchronize if device.type == "cuda" else None
@@ -112,9 +123,12 @@ def bench_vector(
             variants[name]()  # warm-up block
         timings: dict[str, list[float]] = {name: [] for name in variants}
         cpu: dict[str, list[float]] = {name: [] for name in variants}
+        faults: dict[str, int] = dict.fromkeys(variants, 0)
         for _ in range(repeats):  # variants in turns
             for name, run in variants.items():
+                before = _minor_faults()
                 timing = median_time(run, repeats=1, warmup=0, sync=sync)
+                faults[name] += _minor_faults() - before
                 timings[name] += timing.wall
                 cpu[name] += timing.cpu
         for name in variants:
@@ -127,10 +141,18 @@ def bench_vector(
                     "block_cpu_seconds": cpu[name],
                     "env_steps_per_s": n * steps / statistics.median(timings[name]),
                     "compile_seconds": compile_s if name == "compiled" else None,
+                    "minor_page_faults_per_step": faults[name] / (repeats * steps),
                 }
             )
-            print_row(rows[-1])
+            if not quiet:
+                print_row(rows[-1])
     return rows
+
+
+def _minor_faults() -> int:
+    """Page faults so far: freshly allocated outputs that the C allocator had returned to the
+    OS fault in again, which shows up as system time at large num_envs."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def bench_sync(sizes: tuple[int, ...], repeats: int, quick: bool) -> list[dict[str, Any]]:
@@ -152,6 +174,7 @@ def bench_sync(sizes: tuple[int, ...], repeats: int, quick: bool) -> list[dict[s
                 "block_cpu_seconds": timing.cpu,
                 "env_steps_per_s": n * steps / timing.median,
                 "compile_seconds": None,
+                "minor_page_faults_per_step": None,
             }
         )
         print_row(rows[-1])
@@ -197,6 +220,76 @@ def summary_table(rows: list[dict[str, Any]], reference_size: int) -> tuple[str,
     return "\n".join(lines), summary
 
 
+# -- A/B of git revisions ------------------------------------------------------------------------
+
+
+def ab_main(args: argparse.Namespace, sizes: tuple[int, ...], device: torch.device) -> None:
+    """Each (size, eager/compiled) with `fruit_env` from each revision, in fresh processes."""
+    root = Path(__file__).resolve().parents[1]
+    rounds = args.repeats or 3
+    results: dict[str, list[dict[str, Any]]] = {rev: [] for rev in args.ab}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rev in args.ab:
+            folder = Path(tmp) / rev.replace("/", "_")
+            (folder / "cache").mkdir(parents=True)
+            archive = subprocess.run(
+                ["git", "archive", rev, "fruit_env"], cwd=root, capture_output=True, check=True
+            )
+            subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+        for r in range(rounds):
+            for rev in args.ab if r % 2 == 0 else args.ab[::-1]:
+                folder = Path(tmp) / rev.replace("/", "_")
+                env = {
+                    **os.environ,
+                    "PYTHONPATH": str(folder),  # ahead of the installed fruit_env
+                    "TORCHINDUCTOR_CACHE_DIR": str(folder / "cache"),
+                }
+                job = {"sizes": sizes, "device": str(device), "threads": args.threads}
+                command = [sys.executable, __file__, "--ab-worker", json.dumps(job)]
+                done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise RuntimeError(f"{rev}: {done.stderr.strip()[-2000:]}")
+                rows = json.loads(done.stdout.strip().splitlines()[-1])
+                for row in rows:
+                    row["round"] = r
+                    print(f"{rev:>10} round {r}: ", end="")
+                    print_row(row)
+                results[rev] += rows
+    summary: dict[str, dict[str, Any]] = {}
+    print()
+    for rev, rows in results.items():
+        for impl in ("vector_eager", "vector_compiled"):
+            for n in sizes:
+                mine = [x for x in rows if x["impl"] == impl and x["num_envs"] == n]
+                seconds = [t for x in mine for t in x["block_seconds"]]
+                per_s = n * mine[0]["steps_per_block"] / statistics.median(seconds)
+                cold = mine[0]["compile_seconds"]
+                summary[f"{rev} {impl} {n}"] = {"env_steps_per_s": per_s, "cold_compile_s": cold}
+                extra = f"   cold compile {cold:.1f} s" if cold is not None else ""
+                print(f"{rev:>10} {impl:<16} {n:>9,} envs {per_s:>15,.0f} env-steps/s{extra}")
+    path = write_result(
+        args.output or "env_throughput_ab",
+        {
+            "machine": machine_info(),
+            "revisions": args.ab,
+            "rounds": rounds,
+            "summary": summary,
+            "rows": results,
+        },
+    )
+    print(f"\nwrote {path}")
+
+
+def ab_worker(job: dict[str, Any]) -> None:
+    """One round for `--ab`: eager and compiled at each size, 3 timed blocks each."""
+    if job["threads"]:
+        torch.set_num_threads(job["threads"])
+    rows = bench_vector(  # with the fruit_env that PYTHONPATH put first
+        tuple(job["sizes"]), tuple(job["sizes"]), torch.device(job["device"]), 3, False, quiet=True
+    )
+    print(json.dumps(rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="two sizes, fewer repeats")
@@ -214,7 +307,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, help="timed blocks per variant (default 7, quick 3)")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--output", help="results file name (default from mode and device)")
+    parser.add_argument("--ab", nargs="+", metavar="REV", help="compare git revisions of fruit_env")
+    parser.add_argument("--ab-worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.ab_worker:
+        ab_worker(json.loads(args.ab_worker))
+        return
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -241,6 +339,9 @@ def main() -> None:
     reference_size = 16384 if 16384 in sizes else max(sizes)
 
     print(f"FruitCatcher-v0 env-steps/s on {device} ({torch.get_num_threads()} torch threads)")
+    if args.ab:
+        ab_main(args, tuple(args.sizes or (16384,)), device)
+        return
     started = time.perf_counter()
     rows = bench_vector(sizes, compiled_sizes, device, repeats, args.quick)
     rows += bench_sync(sync_sizes, repeats, args.quick)
@@ -256,7 +357,7 @@ def main() -> None:
 
     name = args.output or "env_throughput" + ("_quick" if args.quick else "") + (
         f"_{device.type}" if on_gpu else ""
-    )
+    ) + (f"_threads{args.threads}" if args.threads else "")
     path = write_result(
         name,
         {
@@ -269,6 +370,7 @@ def main() -> None:
                 "obs_mode": "features",
                 "validate_actions": not on_gpu,
                 "actions": "bank of int64 torch.randint tensors on the device, made before timing",
+                "torchinductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
             },
             "summary": summary,
             "table": table,
