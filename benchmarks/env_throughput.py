@@ -27,6 +27,7 @@ CPU it is one flag read, and stays on).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -147,6 +148,20 @@ def bench_vector(
             if not quiet:
                 print_row(rows[-1])
     return rows
+
+
+def copy_bandwidth(device: torch.device) -> dict[str, float]:
+    """GB/s (bytes read + written) of `dst.copy_(src)`: 256 MiB (memory) and 2 MiB (cache),
+    median of 7 timings: the roofline's memory ceiling."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    result = {}
+    for mib, number in ((256, 4), (2, 400)):
+        src = torch.rand(mib * 2**18, device=device)
+        dst = torch.empty_like(src)
+        copy = functools.partial(dst.copy_, src)
+        timing = median_time(copy, repeats=7, warmup=2, number=number, sync=sync)
+        result[f"copy_{mib}MiB_GBps"] = 2 * src.nbytes / timing.median / 1e9
+    return result
 
 
 def _minor_faults() -> int:
@@ -343,6 +358,9 @@ def main() -> None:
         ab_main(args, tuple(args.sizes or (16384,)), device)
         return
     started = time.perf_counter()
+    machine = machine_info()  # load average at the start; the end's is added below
+    bandwidth = copy_bandwidth(device)
+    print("copy bandwidth (GB/s, read + write):", {k: round(v, 1) for k, v in bandwidth.items()})
     rows = bench_vector(sizes, compiled_sizes, device, repeats, args.quick)
     rows += bench_sync(sync_sizes, repeats, args.quick)
     table, summary = summary_table(rows, reference_size)
@@ -361,8 +379,10 @@ def main() -> None:
     path = write_result(
         name,
         {
-            "machine": machine_info(),
+            "machine": machine,
+            "load_average_end": os.getloadavg(),
             "device": str(device),
+            "bandwidth": bandwidth,
             "settings": {
                 "quick": args.quick,
                 "repeats": repeats,
