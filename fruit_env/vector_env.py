@@ -33,7 +33,7 @@ Observer = Callable[[FruitParams, core.Game], torch.Tensor]
 
 def pack(game: core.Game, pending: torch.Tensor) -> torch.Tensor:
     """The game and the NEXT_STEP `pending` mask as one int32 `(3*S + 6, N)` tensor, one row
-    per field and slot (bool rows hold 0/1)."""
+    per field and slot (`torch.stack` promotes the bool rows to int32 0/1)."""
     rows = (
         game.basket,
         *game.fruit_x,
@@ -89,6 +89,7 @@ def _clamp_actions(action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _report(
     params: FruitParams,
     observe: Observer,
+    *,
     new: core.Game,
     pending: torch.Tensor,
     counter: torch.Tensor,
@@ -99,6 +100,8 @@ def _report(
     final_obs: torch.Tensor | None,
     invalid: torch.Tensor,
 ) -> Transition:
+    """The `Transition` to `new`; episode statistics come from `stepped`, the state before any
+    restart."""
     ended = terminated | truncated
     return Transition(
         pack(new, pending),
@@ -135,15 +138,15 @@ def _next_step(
     return _report(
         params,
         observe,
-        new,
-        terminated | truncated,
-        counter + 1,
-        stepped,
-        torch.where(pending, 0.0, result.reward),
-        terminated,
-        truncated,
-        None,
-        invalid,
+        new=new,
+        pending=terminated | truncated,
+        counter=counter + 1,
+        stepped=stepped,
+        reward=torch.where(pending, 0.0, result.reward),
+        terminated=terminated,
+        truncated=truncated,
+        final_obs=None,
+        invalid=invalid,
     )
 
 
@@ -165,15 +168,15 @@ def _same_step(
     return _report(
         params,
         observe,
-        new,
-        pending,
-        counter + 1 + ended,
-        stepped,
-        result.reward,
-        result.terminated,
-        result.truncated,
-        observe(params, stepped),
-        invalid,
+        new=new,
+        pending=pending,
+        counter=counter + 1 + ended,
+        stepped=stepped,
+        reward=result.reward,
+        terminated=result.terminated,
+        truncated=result.truncated,
+        final_obs=observe(params, stepped),
+        invalid=invalid,
     )
 
 
@@ -192,15 +195,15 @@ def _disabled(
     return _report(
         params,
         observe,
-        stepped,
-        pending,
-        counter + 1,
-        stepped,
-        result.reward,
-        result.terminated,
-        result.truncated,
-        None,
-        invalid,
+        new=stepped,
+        pending=pending,
+        counter=counter + 1,
+        stepped=stepped,
+        reward=result.reward,
+        terminated=result.terminated,
+        truncated=result.truncated,
+        final_obs=None,
+        invalid=invalid,
     )
 
 
