@@ -17,6 +17,7 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import rule_sets as shared_rule_sets
 
 from fruit_env import ENV_ID, FruitCatcherVectorEnv
 
@@ -200,25 +201,9 @@ def test_custom_rules_match_reference(mode: AutoresetMode, obs_mode: str) -> Non
     assert truncations >= 10
 
 
-@st.composite
-def rule_sets(draw: st.DrawFn) -> dict[str, Any]:
+def rule_sets() -> st.SearchStrategy[dict[str, Any]]:
     """Random valid rules, small enough that episodes end often."""
-    width = draw(st.integers(2, 10))
-    height = draw(st.integers(2, 9))
-    max_fruits = draw(st.integers(1, 5))
-    return {
-        "width": width,
-        "height": height,
-        "basket_width": draw(st.integers(1, width)),
-        "max_fruits": max_fruits,
-        "min_fruits": draw(st.integers(1, max_fruits)),
-        "spawn_prob": draw(st.sampled_from([0.0, 1.0]) | st.floats(0.0, 1.0)),
-        "min_spawn_gap": draw(st.integers(0, height + 1)),
-        "win_score": draw(st.integers(1, 4)),
-        "lose_score": draw(st.integers(-4, -1)),
-        "max_episode_steps": draw(st.integers(1, 25)),
-        "obs_mode": draw(st.sampled_from(["features", "pixels"])),
-    }
+    return shared_rule_sets(max_width=10, max_height=9, max_score=4, max_steps=25)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,6 +10,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import rule_sets as shared_rule_sets
 
 from fruit_env import FruitCatcherVectorEnv, FruitParams, core
 from fruit_env.params import OBS_MODES
@@ -17,25 +18,9 @@ from fruit_env.params import OBS_MODES
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@st.composite
-def rule_sets(draw: st.DrawFn) -> dict[str, Any]:
+def rule_sets() -> st.SearchStrategy[dict[str, Any]]:
     """Random valid rules covering every FruitParams field, small boards included."""
-    width = draw(st.integers(2, 12))
-    height = draw(st.integers(2, 10))
-    max_fruits = draw(st.integers(1, 5))
-    return {
-        "width": width,
-        "height": height,
-        "basket_width": draw(st.integers(1, width)),
-        "max_fruits": max_fruits,
-        "min_fruits": draw(st.integers(1, max_fruits)),
-        "spawn_prob": draw(st.sampled_from([0.0, 1.0]) | st.floats(0.0, 1.0)),
-        "min_spawn_gap": draw(st.integers(0, height + 1)),
-        "win_score": draw(st.integers(1, 6)),
-        "lose_score": draw(st.integers(-6, -1)),
-        "max_episode_steps": draw(st.integers(1, 40)),
-        "obs_mode": draw(st.sampled_from(OBS_MODES)),
-    }
+    return shared_rule_sets(max_width=12, max_height=10, max_score=6, max_steps=40)
 
 
 @st.composite
