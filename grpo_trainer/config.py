@@ -91,7 +91,7 @@ class GRPOConfig:
     # Loss.
     clip_low: float = 0.2
     clip_high: float = 0.28  # DAPO's clip-higher
-    epochs: int = 4
+    epochs: int = 8  # 4 or 6 stalled below 0.70 on some seeds: docs/trainer.md
     minibatches: int = 8
     micro_batches: int = 1  # gradient accumulation inside each minibatch
     kl_coef: float = 0.0
