@@ -18,8 +18,9 @@ The configurations:
 * "throughput": epochs=1, minibatches=4, micro-batches of at most `--micro-batch` samples,
   a fixed rollout horizon (`--horizon`, every member plays that many steps), bf16 autocast,
   torch.compile, fused AdamW, float16 observation storage, the env's compiled step. At
-  4 epochs the policy's FLOPs per env-step are 4x those of one epoch: the default learning
-  configuration (epochs=4, minibatches=8) is therefore measured alongside, not hidden.
+  several epochs the policy's FLOPs per env-step are several times those of one epoch: the
+  default learning configuration (`GRPOConfig`'s epochs and minibatches) is therefore
+  measured alongside, not hidden.
 * one row per feature switched off (or, for AMP, to the other mode) at `--ref-envs`;
 * the naive reference (benchmarks/naive_grpo.py) at the same batch, horizon, network,
   epochs and minibatches, in the same run: the speed-up is a ratio measured side by side;
@@ -166,11 +167,17 @@ def variants(args: argparse.Namespace) -> list[Variant]:
         }
     for name, change in toggles.items():
         rows.append(dataclasses.replace(best, name=name, **change))
-    learning = {"name": "learning config (4x8)", "epochs": 4, "minibatches": 8}
+    default = GRPOConfig()  # the learning configuration is whatever the defaults are
+    shape = f"{default.epochs}x{default.minibatches}"
+    learning = {
+        "name": f"learning config ({shape})",
+        "epochs": default.epochs,
+        "minibatches": default.minibatches,
+    }
     rows.append(dataclasses.replace(best, **learning))
     rows.append(dataclasses.replace(best, **learning, num_groups=256 // k))
-    naive = {**learning, **plain_env, "name": "naive 4x8", "kind": "naive", "num_groups": 256 // k}
-    rows.append(dataclasses.replace(best, **naive))
+    naive = {**learning, **plain_env, "name": f"naive {shape}", "kind": "naive"}
+    rows.append(dataclasses.replace(best, **naive, num_groups=256 // k))
     return rows
 
 
@@ -657,9 +664,8 @@ def main() -> None:
     by_key = {(s["name"], s["num_envs"], s["epochs"]): s for s in summaries}
     flops_fwd = policy_flops()
     for s in summaries:
-        naive = by_key.get(
-            ("naive" if s["epochs"] == 1 else "naive 4x8", s["num_envs"], s["epochs"])
-        )
+        naive_name = "naive" if s["epochs"] == 1 else f"naive {s['epochs']}x{s['minibatches']}"
+        naive = by_key.get((naive_name, s["num_envs"], s["epochs"]))
         if naive and s["kind"] == "trainer":
             s["vs_naive"] = s["steps_per_s"] / naive["steps_per_s"]
             s["vs_naive_cpu"] = naive["cpu_us_per_step"] / s["cpu_us_per_step"]
