@@ -28,6 +28,7 @@ from grpo_trainer.objective import _EPS  # the epsilon of one process's batch_st
 log = logging.getLogger(__name__)
 
 STOP = "_stop_requested"  # column in the reduced metrics: some rank got SIGINT/SIGTERM
+EPISODE_COUNT = "_episodes_reporting_"  # + info field: episodes that reported it (summed)
 
 # How each metric combines across ranks; a name not listed is a mean over the ranks that
 # report it. Every rank holds the same number of groups and members, so a mean over ranks of
@@ -230,7 +231,7 @@ def combine(values: torch.Tensor, weights: torch.Tensor, names: list[str]) -> to
     }
     columns = []
     for i, name in enumerate(names):
-        kind = REDUCTIONS.get(name, "mean")
+        kind = "sum" if name.startswith(EPISODE_COUNT) else REDUCTIONS.get(name, "mean")
         if kind == "std":
             j = names.index(POOLED_STD[name])
             moment = ((values[:, i] ** 2 + values[:, j] ** 2) * weights[:, i]).sum(0)

@@ -202,7 +202,9 @@ class GRPOTrainer:
             **losses,
         }
         for name, total in stats.info_sums.items():
-            device_metrics[f"episode_{name}"] = total / stats.info_counts[name].clamp_min(1)
+            count = stats.info_counts[name]
+            device_metrics[f"episode_{name}"] = total / count.clamp_min(1)
+            device_metrics[distributed.EPISODE_COUNT + name] = count  # rides the same copy
         if self.world_size > 1:  # figures of the whole batch, the same on every rank
             device_metrics = distributed.reduce_metrics(
                 device_metrics,
@@ -210,6 +212,9 @@ class GRPOTrainer:
                 stop=self._pending_signal is not None,
             )
         m = to_host(device_metrics)  # the update's one device-to-host copy
+        for key in [k for k in m if k.startswith(distributed.EPISODE_COUNT)]:
+            if not m.pop(key):  # a mean over no episode is undefined: leave it out
+                m.pop("episode_" + key.removeprefix(distributed.EPISODE_COUNT), None)
         if m.pop(distributed.STOP, 0.0):  # some rank was signalled: every rank stops here
             self._stop_signal = self._pending_signal or "a signal to another rank"
         durations = clock.durations()

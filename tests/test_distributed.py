@@ -192,6 +192,8 @@ def test_ranks_agree_on_metrics_counters_and_horizon(ranks: Any) -> None:
         assert a["env_steps"] == env_steps  # the counter advances by the steps of both ranks
         assert a["simulated_steps"] == a["horizon"] * 2 * GROUPS * 4
         assert distributed.STOP not in a
+        assert not [k for k in a if k.startswith("_")]  # internal columns are consumed
+        assert "episode_caught" in a  # 30-step games inside the horizon: every one ended
 
 
 def test_ranks_play_different_groups(ranks: Any) -> None:

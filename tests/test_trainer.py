@@ -47,8 +47,6 @@ UPDATE_FIELDS = {
     "skipped_steps",
     "mem_rss_mib",
     "mem_peak_rss_mib",
-    "episode_caught",
-    "episode_missed",
 }
 
 
@@ -126,9 +124,26 @@ def test_update_reports_every_documented_metric() -> None:
     # The entropy of a 3-way categorical is at most log 3.
     assert 0.0 < m["entropy"] <= math.log(3) + 1e-6
     assert m["return_min"] <= m["return_mean"] <= m["return_max"]
-    # 200-step FruitCatcher games cut by the 32-step horizon: none finished.
+    # 200-step FruitCatcher games cut by the 32-step horizon: none finished, so there is no
+    # episode figure to average (a 0 would read as "caught nothing"), and no internal column.
     assert m["frac_finished"] == 0.0
+    assert not [k for k in m if k.startswith(("episode_", "_"))]
     assert _changed(before, trainer)
+
+
+def test_episode_figures_appear_only_for_updates_where_episodes_ended() -> None:
+    """Games of 40 steps against a 32-step horizon: the first update cuts every game, the
+    horizon doubles, and the next update finishes them all."""
+    trainer = _fruit_trainer(env_kwargs={"max_episode_steps": 40}, max_episode_steps=64)
+    trainer.horizon = 32  # as if an earlier update had shortened it
+    cut = trainer.update()
+    finished = trainer.update()
+    assert cut["frac_finished"] == 0.0 and "episode_caught" not in cut
+    assert finished["frac_finished"] == 1.0
+    assert finished["episode_l"] == finished["length_mean"] == 40.0
+    assert finished["episode_caught"] - finished["episode_missed"] == pytest.approx(
+        finished["return_mean"]
+    )
 
 
 def test_episode_figures_match_returns_when_episodes_finish() -> None:
