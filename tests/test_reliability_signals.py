@@ -100,12 +100,14 @@ def test_signal_finishes_the_update_and_checkpoints(
 
 
 def test_second_signal_aborts_without_a_checkpoint(tmp_path: Path) -> None:
+    # What SIGINT did before: Python's default, or SIG_IGN when started in the background.
+    before = signal.getsignal(signal.SIGINT)
     trainer = make_trainer(tmp_path, checkpoint_every=1)
     signal_during_rollout(trainer, 2, signal.SIGINT, signal.SIGINT)
     with pytest.raises(KeyboardInterrupt, match="second SIGINT: aborted"):
         trainer.train()
     assert checkpoint.load_for_resume(tmp_path)[0]["update_index"] == 1
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before  # restored even on the abort path
 
 
 # -- the real CLI in a subprocess --------------------------------------------------------------
