@@ -14,8 +14,10 @@ import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
 from grpo_trainer.cli import main
 
-# 4 sub-envs x 16 steps = 64 valid steps per update; 3 updates.
+# 4 sub-envs x 16-step games = 64 valid steps per update; 3 updates. The games end inside
+# the horizon, so every update has episode figures (`episode_caught`) to log.
 TINY = ["--num-groups", "2", "--group-size", "2", "--max-episode-steps", "16"]
+TINY += ["--env-kwargs", '{"max_episode_steps": 16}']
 TINY += ["--total-env-steps", "192", "--hidden-sizes", "8", "--device", "cpu", "--no-progress"]
 
 
