@@ -101,7 +101,12 @@ def greedy_catch_rate(checkpoint: Path, episodes: int, seed: int) -> float:
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", type=Path, help="record this checkpoint; skip training")
-    parser.add_argument("--train-steps", type=int, default=3_000_000, help="env steps to train")
+    parser.add_argument(
+        "--train-steps",
+        type=int,
+        default=GRPOConfig().total_env_steps,
+        help="env steps to train (default: the config's budget, as `make train`)",
+    )
     parser.add_argument("--run-dir", type=Path, help="keep the training run here (default: temp)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "agent.gif")
     parser.add_argument("--steps", type=int, default=60, help="episode steps to record (frames)")
