@@ -13,7 +13,8 @@ updates interleaved so that the load hits all alike (medians; wall and CPU time)
 Each config is a JSON object of `GRPOConfig` fields over the defaults. Every run evaluates
 the greedy policy on 1000 games every `--eval-every` env steps. Results (one entry per run:
 the curve, the first point at or above the target, the final point) go to
-benchmarks/results/seed_study.json (throughput: seed_study_throughput.json).
+benchmarks/results/seed_study.json (throughput: seed_study_throughput.json; `--name` changes
+the stem).
 """
 
 from __future__ import annotations
@@ -38,17 +39,26 @@ DEFAULT_CONFIGS = {
 }
 
 
+def build_config(overrides: dict[str, Any], seed: int) -> Any:
+    """The defaults with `overrides` (`"run"` holds `RunConfig` fields), quiet, seeded."""
+    from grpo_trainer import GRPOConfig, RunConfig
+
+    fields = dict(overrides)
+    run = RunConfig(**{**fields.pop("run", {}), "seed": seed, "progress": False})
+    return GRPOConfig(**fields, run=run)
+
+
 def run_one(overrides: dict[str, Any], seed: int, eval_every: int) -> dict[str, Any]:
     """Train one config for its whole budget, evaluating every `eval_every` env steps."""
     import gymnasium as gym
     import torch
 
     import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
-    from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+    from grpo_trainer import GRPOTrainer
     from grpo_trainer.evaluation import evaluate
 
     torch.set_num_threads(1)
-    config = GRPOConfig(**overrides, run=RunConfig(seed=seed, progress=False))
+    config = build_config(overrides, seed)
     trainer = GRPOTrainer(gym.make_vec("FruitCatcher-v0", num_envs=config.num_envs), config)
     eval_envs = gym.make_vec("FruitCatcher-v0", num_envs=1000)
     curve: list[dict[str, float]] = []
@@ -80,12 +90,12 @@ def throughput(configs: dict[str, dict[str, Any]], updates: int) -> dict[str, An
     import torch
 
     import fruit_env  # noqa: F401
-    from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+    from grpo_trainer import GRPOTrainer
 
     torch.set_num_threads(1)
     trainers = {}
     for name, overrides in configs.items():
-        config = GRPOConfig(**overrides, run=RunConfig(progress=False))
+        config = build_config(overrides, 0)
         trainers[name] = GRPOTrainer(
             gym.make_vec("FruitCatcher-v0", num_envs=config.num_envs), config
         )
@@ -132,6 +142,9 @@ def main() -> int:
         "--throughput", action="store_true", help="only measure each config's env-steps/s"
     )
     parser.add_argument("--updates", type=int, default=10, help="--throughput: timed updates")
+    parser.add_argument(
+        "--name", default="seed_study", help="results file stem (keeps the committed one)"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--overrides", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -154,7 +167,7 @@ def main() -> int:
                 f"{rate['steps_per_cpu_s']:,.0f} per CPU-second"
             )
         info = {"machine": machine_info(), "command": " ".join(sys.argv)}
-        path = write_result("seed_study_throughput", {"configs": configs, "rates": rates, **info})
+        path = write_result(f"{args.name}_throughput", {"configs": configs, "rates": rates, **info})
         print(f"wrote {path}")
         return 0
     jobs = [(name, seed) for name in configs for seed in args.seeds]
@@ -173,7 +186,7 @@ def main() -> int:
     with ThreadPoolExecutor(args.jobs) as pool:
         runs = list(pool.map(launch, jobs))
     path = write_result(
-        "seed_study",
+        args.name,
         {
             "target_catch_rate": TARGET,
             "configs": configs,
