@@ -247,6 +247,8 @@ class FruitCatcherVectorEnv(VectorEnv):
         "autoreset_mode": AutoresetMode.NEXT_STEP,
         "render_modes": list(RENDER_MODES),
         "render_fps": RENDER_FPS,
+        # Read by grpo_trainer's evaluation: catch_rate = caught / (caught + missed).
+        "episode_ratios": {"catch_rate": ("caught", "missed")},
     }
 
     def __init__(

@@ -74,7 +74,8 @@ def evaluate(
     seed: int = 12345,
     max_episode_steps: int | None = None,
 ) -> dict[str, float]:
-    """Mean/std return and length over `episodes`, plus every numeric `info["episode"]` field.
+    """Mean/std return and length over `episodes`, every numeric `info["episode"]` field, and
+    the ratios the env declares in `metadata["episode_ratios"]` (Fruit Catcher: `catch_rate`).
 
     Each sub-env plays one episode per round with its own seed; rounds repeat until enough
     episodes are done. Greedy takes the most likely action; otherwise actions are sampled.
@@ -127,4 +128,10 @@ def evaluate(
     for name, total in sums.items():
         if int(counts[name]):  # no field when no counted episode reported it
             out[f"episode_{name}"] = float(total / counts[name])
+    # An env may name success ratios of its episode fields in its metadata, e.g. Fruit
+    # Catcher's {"catch_rate": ("caught", "missed")}: caught / (caught + missed), all games.
+    for name, (hits, misses) in dict(envs.metadata.get("episode_ratios", {})).items():
+        total = float(sums.get(hits, 0.0) + sums.get(misses, 0.0))
+        if total > 0:  # undefined when nothing was hit or missed
+            out[name] = float(sums[hits]) / total if hits in sums else 0.0
     return out

@@ -44,6 +44,23 @@ def test_evaluate_counts_episodes_and_reports_env_figures() -> None:
         result["return_mean"]
     )
     assert result["return_std"] >= 0.0
+    # The ratio the env declares in its metadata: every game is counted, so it is the ratio
+    # of the per-game means.
+    caught, missed = result["episode_caught"], result["episode_missed"]
+    assert caught + missed > 0
+    assert result["catch_rate"] == pytest.approx(caught / (caught + missed))
+
+
+def test_env_declared_ratios_are_reported_and_skipped_when_undefined() -> None:
+    """A ratio over nothing is left out (games cut after 5 steps never end, so no episode
+    is counted), and other ratios can be declared through the env's metadata."""
+    assert "catch_rate" not in evaluate(_policy(), _fruit(2), 2, max_episode_steps=5)
+    envs = _fruit(2)
+    envs.metadata = {**envs.metadata, "episode_ratios": {"miss_rate": ("missed", "caught")}}
+    result = evaluate(_policy(), envs, 2)
+    caught, missed = result["episode_caught"], result["episode_missed"]
+    assert result["miss_rate"] == pytest.approx(missed / (caught + missed))
+    assert "catch_rate" not in result
 
 
 def test_episode_fields_cover_the_same_episodes_as_the_returns() -> None:
@@ -95,6 +112,7 @@ def test_evaluate_on_cartpole() -> None:
         result = evaluate(policy, envs, 4)
     assert result["return_mean"] == pytest.approx(result["length_mean"])
     assert 1.0 <= result["length_mean"] <= 500.0
+    assert set(result) == {"episodes", "return_mean", "return_std", "length_mean"}
     envs.close()
 
 
