@@ -2,35 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from loading import load_module
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "cleanrl_ppo.py"
 
 
 def load_example() -> Any:
-    spec = importlib.util.spec_from_file_location("cleanrl_ppo_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve the module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """The example's MLP trains fastest on one thread; restore the setting for other tests."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    return load_module(EXAMPLE, "cleanrl_ppo_example")
 
 
 @pytest.fixture
@@ -45,7 +29,7 @@ def no_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.slow
-def test_ppo_learns_to_catch_without_touching_numpy(one_thread: None, no_numpy: None) -> None:
+def test_ppo_learns_to_catch_without_touching_numpy(no_numpy: None) -> None:
     example = load_example()
     args = example.Args(total_steps=98_304, num_envs=128, seed=0, log_every=6, verbose=False)
     result = example.train(args)
@@ -60,7 +44,7 @@ def test_ppo_learns_to_catch_without_touching_numpy(one_thread: None, no_numpy: 
 
 
 def test_main_parses_flags_and_prints_the_catch_rate(
-    one_thread: None, no_numpy: None, capsys: pytest.CaptureFixture[str]
+    no_numpy: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     example = load_example()
     argv = ["--total-steps", "6400", "--num-envs", "32", "--device", "cpu", "--seed", "1"]
@@ -76,7 +60,7 @@ def test_main_parses_flags_and_prints_the_catch_rate(
     assert "catch rate" in out[1] and out[2].startswith("done: 6400 env steps")
 
 
-def test_a_run_is_reproducible_from_its_seed(one_thread: None) -> None:
+def test_a_run_is_reproducible_from_its_seed() -> None:
     example = load_example()
     args = {
         "total_steps": 4096,

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import pytest
+from loading import load_module
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
@@ -49,13 +48,7 @@ def test_docs_integrations_snippet_runs(
 
 
 def load_script() -> Any:
-    path = ROOT / "scripts" / "make_readme_gif.py"
-    spec = importlib.util.spec_from_file_location("make_readme_gif", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module(ROOT / "scripts" / "make_readme_gif.py", "make_readme_gif")
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from loading import load_module
 
 pytest.importorskip("jax")
 
@@ -19,12 +18,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "jax_consumer.py"
 
 
 def load_example() -> Any:
-    spec = importlib.util.spec_from_file_location("jax_consumer_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module(EXAMPLE, "jax_consumer_example")
 
 
 def torch_chase_totals(num_envs: int, steps: int, seed: int) -> tuple[int, int, int]:

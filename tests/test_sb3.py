@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from loading import load_module
 
 pytest.importorskip("stable_baselines3")
 
@@ -54,15 +52,6 @@ def reference(num_envs: int = N) -> DummyVecEnv:
     return DummyVecEnv(
         [lambda: Monitor(gym.make(ENV_ID, max_episode_steps=MAX_STEPS, **RULES))] * num_envs
     )
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """Small MLPs train fastest on one thread; restore the setting for other tests."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 # -- the step contract, against DummyVecEnv ----------------------------------------------------
@@ -340,16 +329,11 @@ def test_vec_normalize_and_vec_check_nan_run_on_top() -> None:
 
 
 def load_example() -> Any:
-    spec = importlib.util.spec_from_file_location("sb3_ppo_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module(EXAMPLE, "sb3_ppo_example")
 
 
 @pytest.mark.slow
-def test_ppo_learns_to_catch_far_above_random(one_thread: None) -> None:
+def test_ppo_learns_to_catch_far_above_random() -> None:
     example = load_example()
     model = example.train(100_000, num_envs=64, seed=0)
     trained = example.catch_rate(example.model_policy(model))
