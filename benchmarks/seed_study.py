@@ -69,12 +69,11 @@ def run_one(overrides: dict[str, Any], seed: int, eval_every: int) -> dict[str, 
         train_s += time.perf_counter() - start
         if trainer.env_steps >= next_eval or trainer.env_steps >= config.total_env_steps:
             result = evaluate(trainer.policy, eval_envs, 1000, seed=10_000 + seed)
-            caught, missed = result["episode_caught"], result["episode_missed"]
             curve.append(
                 {
                     "env_steps": trainer.env_steps,
                     "train_s": round(train_s, 2),  # depends on the load: for reference only
-                    "greedy_catch_rate": round(caught / (caught + missed), 4),
+                    "greedy_catch_rate": round(result["catch_rate"], 4),
                 }
             )
             next_eval += eval_every

@@ -29,7 +29,4 @@ trainer.train()
 
 eval_envs = gym.make_vec("FruitCatcher-v0", num_envs=1000, device=device)
 result = evaluate(trainer.policy, eval_envs, episodes=1000)
-caught, missed = result["episode_caught"], result["episode_missed"]
-print(
-    f"greedy catch rate {caught / (caught + missed):.3f}, mean return {result['return_mean']:.2f}"
-)
+print(f"greedy catch rate {result['catch_rate']:.3f}, mean return {result['return_mean']:.2f}")

@@ -94,8 +94,7 @@ def greedy_catch_rate(checkpoint: Path, episodes: int, seed: int) -> float:
     envs = make_envs(config, min(episodes, 256), device)
     result = evaluate(policy, envs, episodes, greedy=True, seed=seed)
     envs.close()
-    caught, missed = result["episode_caught"], result["episode_missed"]
-    return caught / max(caught + missed, 1e-9)
+    return result.get("catch_rate", 0.0)  # evaluate leaves it out when no fruit landed
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
