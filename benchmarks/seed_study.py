@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -28,8 +29,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+import torch
+
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import machine_info, write_result
+
+import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
+from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+from grpo_trainer.evaluation import evaluate
 
 TARGET = 0.70
 DEFAULT_CONFIGS = {
@@ -39,35 +47,26 @@ DEFAULT_CONFIGS = {
 }
 
 
-def build_config(overrides: dict[str, Any], seed: int) -> Any:
-    """The defaults with `overrides` (`"run"` holds `RunConfig` fields), quiet, seeded."""
-    from grpo_trainer import GRPOConfig, RunConfig
-
+def make_trainer(overrides: dict[str, Any], seed: int) -> GRPOTrainer:
+    """The defaults with `overrides` (`"run"` holds `RunConfig` fields), quiet and seeded."""
     fields = dict(overrides)
     run = RunConfig(**{**fields.pop("run", {}), "seed": seed, "progress": False})
-    return GRPOConfig(**fields, run=run)
+    config = GRPOConfig(**fields, run=run)
+    return GRPOTrainer(gym.make_vec("FruitCatcher-v0", num_envs=config.num_envs), config)
 
 
 def run_one(overrides: dict[str, Any], seed: int, eval_every: int) -> dict[str, Any]:
     """Train one config for its whole budget, evaluating every `eval_every` env steps."""
-    import gymnasium as gym
-    import torch
-
-    import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
-    from grpo_trainer import GRPOTrainer
-    from grpo_trainer.evaluation import evaluate
-
-    torch.set_num_threads(1)
-    config = build_config(overrides, seed)
-    trainer = GRPOTrainer(gym.make_vec("FruitCatcher-v0", num_envs=config.num_envs), config)
+    trainer = make_trainer(overrides, seed)
+    budget = trainer.config.total_env_steps
     eval_envs = gym.make_vec("FruitCatcher-v0", num_envs=1000)
     curve: list[dict[str, float]] = []
     next_eval, train_s = eval_every, 0.0
-    while trainer.env_steps < config.total_env_steps:
+    while trainer.env_steps < budget:
         start = time.perf_counter()
         trainer.update()
         train_s += time.perf_counter() - start
-        if trainer.env_steps >= next_eval or trainer.env_steps >= config.total_env_steps:
+        if trainer.env_steps >= next_eval or trainer.env_steps >= budget:
             result = evaluate(trainer.policy, eval_envs, 1000, seed=10_000 + seed)
             curve.append(
                 {
@@ -83,33 +82,17 @@ def run_one(overrides: dict[str, Any], seed: int, eval_every: int) -> dict[str, 
 
 def throughput(configs: dict[str, dict[str, Any]], updates: int) -> dict[str, Any]:
     """Env-steps per second of wall and of CPU time, per config, interleaved update by update."""
-    import statistics
-
-    import gymnasium as gym
-    import torch
-
-    import fruit_env  # noqa: F401
-    from grpo_trainer import GRPOTrainer
-
-    torch.set_num_threads(1)
-    trainers = {}
-    for name, overrides in configs.items():
-        config = build_config(overrides, 0)
-        trainers[name] = GRPOTrainer(
-            gym.make_vec("FruitCatcher-v0", num_envs=config.num_envs), config
-        )
-        trainers[name].update()  # warm-up, not timed
+    trainers = {name: make_trainer(overrides, 0) for name, overrides in configs.items()}
+    for trainer in trainers.values():
+        trainer.update()  # warm-up, not timed
     wall: dict[str, list[float]] = {name: [] for name in configs}
     cpu: dict[str, list[float]] = {name: [] for name in configs}
     for _ in range(updates):
         for name, trainer in trainers.items():
-            steps, start_wall, start_cpu = (
-                trainer.env_steps,
-                time.perf_counter(),
-                time.process_time(),
-            )
+            before = trainer.env_steps
+            start_wall, start_cpu = time.perf_counter(), time.process_time()
             trainer.update()
-            steps = trainer.env_steps - steps
+            steps = trainer.env_steps - before
             wall[name].append(steps / (time.perf_counter() - start_wall))
             cpu[name].append(steps / (time.process_time() - start_cpu))
     return {
@@ -148,6 +131,7 @@ def main() -> int:
     parser.add_argument("--overrides", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    torch.set_num_threads(1)  # a worker's run, or the interleaved throughput measurement
     if args.worker:
         _worker(args)
         return 0
