@@ -66,6 +66,14 @@ def unpack(packed: torch.Tensor) -> tuple[core.Game, torch.Tensor]:
     return game, pending != 0
 
 
+class SubEnvSnapshot(NamedTuple):
+    """The state of some sub-envs, one column (`packed`) or entry per sub-env."""
+
+    packed: torch.Tensor  # (3*S + 6, n) int32, see `pack`
+    key: torch.Tensor  # (n,) int64
+    counter: torch.Tensor  # (n,) int64
+
+
 class Transition(NamedTuple):
     """Everything one vector step produces."""
 
@@ -247,8 +255,11 @@ class FruitCatcherVectorEnv(VectorEnv):
         "autoreset_mode": AutoresetMode.NEXT_STEP,
         "render_modes": list(RENDER_MODES),
         "render_fps": RENDER_FPS,
-        # Read by grpo_trainer's evaluation: catch_rate = caught / (caught + missed).
+        # Success ratios of the episode fields: catch_rate = caught / (caught + missed).
         "episode_ratios": {"catch_rate": ("caught", "missed")},
+        # `make_vec` keyword arguments for a caller whose actions are always valid (a
+        # trainer sampling from the action space): skip the per-step action check.
+        "fast_kwargs": {"validate_actions": False},
     }
 
     def __init__(
@@ -382,6 +393,64 @@ class FruitCatcherVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self._state = core.empty_state(self.params, 1, self.device)
+
+    @property
+    def max_episode_steps(self) -> int:
+        """The episode limit these games were made with (truncation after that many steps)."""
+        return self.params.max_episode_steps
+
+    # -- sub-env state snapshots (the duck-typed protocol in docs/env.md) ------------------------
+
+    def snapshot_state(self, index: Any) -> SubEnvSnapshot:
+        """The state of sub-envs `index` (a 1-D integer tensor or array), one row per entry.
+
+        Device tensors, gathered without a host sync: cheap enough to call every few steps.
+        """
+        if self._needs_reset:
+            raise RuntimeError("call reset() before snapshot_state()")
+        index = self._state_index(index)
+        return SubEnvSnapshot(
+            self._packed.index_select(1, index),
+            self._key.index_select(0, index),
+            self._counter.index_select(0, index),
+        )
+
+    def restore_state(self, index: Any, snapshot: SubEnvSnapshot) -> None:
+        """Put row `j` of `snapshot` into sub-env `index[j]`.
+
+        A restored sub-env continues exactly as the snapshot's source would have (same fruit,
+        same rewards for the same actions), whatever its neighbours do: its randomness is its
+        key and counter, which travel with the snapshot. Its observation is the source's.
+        """
+        if self._needs_reset:
+            raise RuntimeError("call reset() before restore_state()")
+        index = self._state_index(index)
+        if not isinstance(snapshot, (tuple, list)) or len(snapshot) != len(SubEnvSnapshot._fields):
+            raise ValueError(
+                "snapshot must be what snapshot_state() returned (or its tensors as a tuple), "
+                f"got {type(snapshot).__name__}"
+            )
+        snapshot = SubEnvSnapshot(*snapshot)
+        expected = (self._packed.shape[0], len(index))
+        if tuple(snapshot.packed.shape) != expected or snapshot.key.shape != (len(index),):
+            raise ValueError(
+                f"snapshot has {snapshot.key.shape[0]} rows of shape "
+                f"{tuple(snapshot.packed.shape[:1])}, index has {len(index)} entries of "
+                f"({expected[0]},): it is from another env or another index"
+            )
+        snapshot = SubEnvSnapshot(*(t.to(self.device) for t in snapshot))
+        self._packed = self._packed.index_copy(1, index, snapshot.packed)
+        self._key = self._key.index_copy(0, index, snapshot.key)
+        self._counter = self._counter.index_copy(0, index, snapshot.counter)
+
+    def _state_index(self, index: Any) -> torch.Tensor:
+        if not isinstance(index, torch.Tensor):
+            index = torch.from_numpy(_integer_array(index, "index"))
+        if index.dim() != 1 or index.dtype.is_floating_point or index.dtype == torch.bool:
+            raise ValueError(
+                f"index must be a 1-D integer tensor, got {index.dtype} {tuple(index.shape)}"
+            )
+        return index.to(self.device, torch.int64)
 
     @property
     def state(self) -> core.FruitState:
