@@ -8,7 +8,8 @@ The trainer sees environments only through the Gymnasium vector API and their sp
 """
 
 from grpo_trainer.config import GRPOConfig, RunConfig
-from grpo_trainer.trainer import GRPOTrainer, TrainingStopped
+from grpo_trainer.harness import TrainingStopped
+from grpo_trainer.trainer import GRPOTrainer
 
 __all__ = ["GRPOConfig", "GRPOTrainer", "RunConfig", "TrainingStopped"]
 __version__ = "0.1.0"

@@ -35,12 +35,17 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+# On the CPU, compiling the loss pays once a minibatch has this many samples (measured in
+# docs/performance.md: below it, the compile time is not won back within a run).
+CPU_COMPILE_MIN_SAMPLES = 1 << 30
+
+
 class Compiled:
     """`torch.compile(fn)` that falls back to eager, with a warning, if compilation fails."""
 
-    def __init__(self, fn: Callable[..., Any], enabled: bool, name: str) -> None:
+    def __init__(self, fn: Callable[..., Any], enabled: bool, name: str, mode: str = "default"):
         self.eager, self.name = fn, name
-        self.fn = torch.compile(fn) if enabled else fn
+        self.fn = torch.compile(fn, mode=None if mode == "default" else mode) if enabled else fn
         self.compiled = enabled
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -54,9 +59,31 @@ class Compiled:
             return self.eager(*args, **kwargs)
 
 
-def should_compile(requested: bool | None, device: torch.device) -> bool:
-    """None means auto: compile on CUDA, where it pays; on CPU the compile time dominates."""
-    return device.type == "cuda" if requested is None else requested
+def should_compile(requested: bool | None, device: torch.device, minibatch_size: int) -> bool:
+    """None means auto: on CUDA always; on the CPU from `CPU_COMPILE_MIN_SAMPLES` samples per
+    minibatch, below which the compile time outweighs what it saves in a run."""
+    if requested is not None:
+        return requested
+    return device.type == "cuda" or minibatch_size >= CPU_COMPILE_MIN_SAMPLES
+
+
+def compile_mode(mode: str, device: torch.device) -> str:
+    """The torch.compile mode to use: CUDA graphs ('reduce-overhead') need CUDA."""
+    if mode == "reduce-overhead" and device.type != "cuda":
+        log.info("compile_mode 'reduce-overhead' (CUDA graphs) needs CUDA; using 'default'")
+        return "default"
+    return mode
+
+
+def resolve_amp(amp: str, device: torch.device) -> str:
+    """'auto' -> bf16 on GPUs that have it (the policy's matmuls run at the bf16 rate), else
+    off (measured in docs/performance.md: on the CPU it does not pay for this network)."""
+    if amp != "auto":
+        check_amp(amp, device)
+        return amp
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return "bf16"
+    return "off"
 
 
 @contextlib.contextmanager

@@ -28,13 +28,14 @@ import torch
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2  # 2: adds the "sha256" digest
+FORMAT_VERSION = 3  # 2: adds the "sha256" digest; 3: windowed rollouts' state, train_s
+POLICY_VERSIONS = (2, 3)  # versions whose policy `eval` and `play` can still read
 DIGEST_KEY = "sha256"
 _NUMBERED = re.compile(r"update-(\d+)\.pt$")
 _TEMP = re.compile(r"^\..+\.tmp-(\d+)$")
 # Config fields that decide the network's shape or function: a checkpoint trained with other
 # values cannot drive this network, even where the tensor shapes happen to agree.
-ARCHITECTURE_FIELDS = ("hidden_sizes", "activation")
+ARCHITECTURE_FIELDS = ("hidden_sizes", "activation", "cnn_channels")
 
 
 class CheckpointError(RuntimeError):
@@ -220,8 +221,12 @@ def numbered_checkpoints(folder: Path) -> list[Path]:
 # -- loading -----------------------------------------------------------------------------------
 
 
-def load(path: Path | str) -> dict[str, Any]:
-    """Load one checkpoint safely and verify its digest, or raise `CheckpointError` saying why."""
+def load(path: Path | str, *, any_version: bool = False) -> dict[str, Any]:
+    """Load one checkpoint safely and verify its digest, or raise `CheckpointError` saying why.
+
+    `any_version`: also accept the older formats whose policy can be read (`POLICY_VERSIONS`),
+    for eval and play; resuming needs the current format.
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
@@ -234,10 +239,12 @@ def load(path: Path | str) -> dict[str, Any]:
         ) from None
     if not isinstance(payload, dict) or "format_version" not in payload:
         raise CheckpointError(f"checkpoint {path} is not a grpo_trainer checkpoint")
-    if payload["format_version"] != FORMAT_VERSION:
+    accepted = POLICY_VERSIONS if any_version else (FORMAT_VERSION,)
+    if payload["format_version"] not in accepted:
         raise CheckpointError(
             f"checkpoint {path} has format version {payload['format_version']!r}; "
-            f"this grpo_trainer reads version {FORMAT_VERSION}"
+            f"this grpo_trainer {'reads' if any_version else 'resumes'} version(s) "
+            f"{', '.join(map(str, accepted))}"
         )
     recorded = payload.get(DIGEST_KEY)
     actual = payload_digest(payload)
@@ -290,7 +297,7 @@ def check_compatible(
     ]
     saved = payload.get("config") or {}
     for name in ARCHITECTURE_FIELDS:
-        ours, theirs = config[name], saved.get(name)
+        ours, theirs = config[name], saved.get(name, config[name])  # older: the default
         if isinstance(ours, (list, tuple)) and isinstance(theirs, (list, tuple)):
             ours, theirs = list(ours), list(theirs)
         if ours != theirs:

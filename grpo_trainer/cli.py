@@ -29,8 +29,15 @@ def _flag(name: str) -> str:
 
 
 def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, hint: Any) -> None:
-    """One flag per field, typed from its annotation; defaults stay with the dataclass."""
-    kwargs: dict[str, Any] = {"dest": field.name, "default": argparse.SUPPRESS}
+    """One flag per field, typed from its annotation and described by its config help;
+    defaults stay with the dataclass (shown in the help)."""
+    default = field.default_factory() if callable(field.default_factory) else field.default
+    shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+    kwargs: dict[str, Any] = {
+        "dest": field.name,
+        "default": argparse.SUPPRESS,
+        "help": f"{field.metadata['help']} (default: {json.dumps(shown) if isinstance(shown, dict) else shown})",
+    }
     origin, args = get_origin(hint), get_args(hint)
     optional = origin in (typing.Union, types.UnionType) and type(None) in args
     if optional:
@@ -42,7 +49,7 @@ def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, hint: 
         kwargs["choices"] = list(args)
     elif origin is tuple:
         kwargs["type"] = _int_tuple
-        kwargs["metavar"] = "N,N,..."
+        kwargs["metavar"] = "N,N"
     elif origin is dict:
         kwargs["type"] = _json_dict
         kwargs["metavar"] = "JSON"
@@ -81,10 +88,16 @@ def _config_flags(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grpo", description=__doc__.splitlines()[0])
+    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train a policy (every config field is a flag)")
+    train = sub.add_parser(
+        "train",
+        help="train a policy (every config field is a flag)",
+        description="Train a policy. Every GRPOConfig and RunConfig field is a flag; "
+        "docs/trainer.md explains each.",
+    )
     train.add_argument("--config", type=Path, help="a config.json to start from (flags override)")
     _config_flags(train)
 
@@ -120,7 +133,7 @@ def config_from_args(args: argparse.Namespace) -> GRPOConfig:
             raise ValueError(f"--config {args.config}: {err}") from None
         if not isinstance(loaded, dict) or not isinstance(loaded.get("run", {}), dict):
             raise ValueError(f"--config {args.config}: expected a JSON object like config.json")
-        base.update({k: v for k, v in loaded.items() if k != "run"})
+        base.update({k: v for k, v in loaded.items() if k not in ("run", "_help")})
         base["run"].update(loaded.get("run", {}))
     run_fields = {f.name for f in dataclasses.fields(RunConfig)}
     for name, value in vars(args).items():
@@ -136,7 +149,7 @@ def _train(args: argparse.Namespace) -> int:
 
     from grpo_trainer import distributed
     from grpo_trainer.accel import resolve_device
-    from grpo_trainer.evaluation import make_envs
+    from grpo_trainer.envs import make_envs
     from grpo_trainer.trainer import GRPOTrainer
 
     config = config_from_args(args)
@@ -166,15 +179,21 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from grpo_trainer import checkpoint
     from grpo_trainer.accel import resolve_device
-    from grpo_trainer.evaluation import evaluate, load_policy, make_envs
+    from grpo_trainer.config import GRPOConfig
+    from grpo_trainer.envs import make_envs
+    from grpo_trainer.evaluation import evaluate, load_policy
 
     if args.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
     device = resolve_device(args.device)
-    policy, config, _ = load_policy(args.checkpoint, device)
+    config = GRPOConfig.from_dict(
+        checkpoint.load(args.checkpoint, any_version=True)["config"], strict=False
+    )
     num_envs = args.num_envs or min(args.episodes, 1024)
     envs = make_envs(config, num_envs, device)
+    policy, config, _ = load_policy(args.checkpoint, device, envs)
     result = evaluate(policy, envs, args.episodes, greedy=not args.sampled, seed=args.seed)
     result["greedy"] = float(not args.sampled)
     if args.json:
@@ -186,14 +205,20 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _play(args: argparse.Namespace) -> int:
+    from grpo_trainer import checkpoint
     from grpo_trainer.accel import resolve_device
-    from grpo_trainer.evaluation import load_policy, make_envs
+    from grpo_trainer.config import GRPOConfig
+    from grpo_trainer.envs import make_envs
+    from grpo_trainer.evaluation import load_policy
     from grpo_trainer.recording import play_episode
 
     device = resolve_device(args.device)
-    policy, config, _ = load_policy(args.checkpoint, device)
+    config = GRPOConfig.from_dict(
+        checkpoint.load(args.checkpoint, any_version=True)["config"], strict=False
+    )
     mode = "ansi" if args.ansi else "rgb_array"
     envs = make_envs(config, 1, device, render_mode=mode)
+    policy, config, _ = load_policy(args.checkpoint, device, envs)
     frames = play_episode(policy, envs, steps=args.steps, seed=args.seed)
     if args.ansi:
         for frame in frames:
@@ -226,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(130, f"grpo {name}: interrupted; nothing saved since the last checkpoint\n")
     except Exception as err:
         from grpo_trainer.checkpoint import CheckpointError
-        from grpo_trainer.trainer import TrainingStopped
+        from grpo_trainer.harness import TrainingStopped
 
         if isinstance(err, CheckpointError):  # an unusable --resume / --checkpoint: bad input
             flag = "--resume" if name == "train" else "--checkpoint"

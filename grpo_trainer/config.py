@@ -1,7 +1,9 @@
 """Configuration: what the algorithm does (`GRPOConfig`) and how a run executes (`RunConfig`).
 
 Both are plain dataclasses, validated on construction (a bad value raises `ValueError`
-naming the field), printable, and saved as JSON with every checkpoint.
+naming the field), printable, and saved as JSON with every checkpoint. Every field carries a
+one-line description (`describe`), which feeds `--help`, the tables in docs/trainer.md and
+the saved `config.json`'s companion `config_help.json`.
 """
 
 from __future__ import annotations
@@ -10,37 +12,68 @@ import dataclasses
 import json
 import math
 import os
+import warnings
 from typing import Any, Literal, get_args
 
+RolloutMode = Literal["windowed", "episodes"]
 AdvantageMode = Literal["per_step", "outcome"]
 ScaleMode = Literal["group_std", "batch_std", "none"]
 Schedule = Literal["constant", "linear", "cosine"]
 Activation = Literal["tanh", "relu"]
-AmpMode = Literal["off", "bf16", "fp16"]
+AmpMode = Literal["auto", "off", "bf16", "fp16"]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 ObsStorage = Literal["auto", "float32", "float16", "bfloat16"]
+
+
+def _field(default: Any, help: str, **kwargs: Any) -> Any:
+    """A dataclass field with its one-line description (mutable defaults are copied)."""
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=default.copy, metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help}, **kwargs)
+
+
+def describe(cls: type, name: str) -> str:
+    """The one-line description of a config field."""
+    return next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == name)
 
 
 @dataclasses.dataclass
 class RunConfig:
     """Where and how a run executes; nothing here changes the maths of the algorithm."""
 
-    env: str = "fruit_env:FruitCatcher-v0"  # any Gymnasium id; "module:Id" imports module first
-    env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    device: str = "auto"  # "auto" picks cuda when available, else cpu
-    compile: bool | None = None  # None: compile on CUDA only (compile time does not pay on CPU)
-    amp: AmpMode = "off"
-    fused_optimizer: bool = True  # fused AdamW where the device supports it
-    seed: int = 0
-    run_dir: str | None = None  # where config, metrics and checkpoints go; None writes nothing
-    resume: str | None = None  # a checkpoint file or a run directory to continue from
-    checkpoint_every: int = 0  # updates between periodic checkpoints (0: only at the end)
-    keep_checkpoints: int = 3
-    progress: bool = True  # rich progress bar and summary table
-    tensorboard: bool = False
-    max_consecutive_skips: int = 5  # non-finite updates in a row before training stops
+    env: str = _field(
+        "fruit_env:FruitCatcher-v0", "Gymnasium id; 'module:Id' imports the module first"
+    )
+    env_kwargs: dict[str, Any] = _field({}, "keyword arguments for gymnasium.make_vec")
+    device: str = _field("auto", "'auto' (cuda when available, else cpu), 'cpu', 'cuda', 'cuda:N'")
+    compile: bool | None = _field(
+        None,
+        "torch.compile the policy step and the loss; None: on CUDA, and on the CPU from "
+        "accel.CPU_COMPILE_MIN_SAMPLES samples per minibatch",
+    )
+    compile_mode: CompileMode = _field(
+        "default", "torch.compile mode; 'reduce-overhead' adds CUDA graphs (CUDA only)"
+    )
+    amp: AmpMode = _field(
+        "auto", "mixed precision: 'auto' (bf16 on GPUs that have it, else off), off, bf16, fp16"
+    )
+    fused_optimizer: bool = _field(True, "fused AdamW where the device supports it")
+    seed: int = _field(0, "seeds the network, the sampling and the groups' starts")
+    run_dir: str | None = _field(
+        None, "where config, metrics and checkpoints go; None writes nothing"
+    )
+    resume: str | None = _field(None, "a checkpoint file or a run directory to continue from")
+    checkpoint_every: int = _field(0, "updates between periodic checkpoints (0: only at the end)")
+    keep_checkpoints: int = _field(3, "numbered checkpoints kept (last.pt and best.pt besides)")
+    progress: bool = _field(True, "live progress line and a summary table")
+    tensorboard: bool = _field(False, "also log metrics to TensorBoard (the tensorboard extra)")
+    max_consecutive_skips: int = _field(
+        5, "updates in a row with a non-finite gradient before training stops"
+    )
 
     def __post_init__(self) -> None:
         _check_choice(self, "amp", AmpMode)
+        _check_choice(self, "compile_mode", CompileMode)
         _check_int(self, "seed", minimum=0)
         if self.seed >= 2**63:
             raise ValueError(f"seed must be below 2**63, got {self.seed}")
@@ -76,51 +109,99 @@ class RunConfig:
 
 @dataclasses.dataclass
 class GRPOConfig:
-    """The GRPO algorithm. Defaults train FruitCatcher-v0 to a 0.7+ catch rate on 2 CPU cores."""
+    """The GRPO algorithm. The defaults are the fast path, chosen by the seed study in
+    docs/trainer.md: FruitCatcher-v0 past a 0.70 catch rate on every seed studied."""
 
-    # Batch: num_groups x group_size sub-envs; each member plays one episode per update.
-    num_groups: int = 16
-    group_size: int = 8
-    total_env_steps: int = 4_000_000  # valid (in-episode) steps to train for
-    max_episode_steps: int | None = None  # rollout horizon; None: the env's own limit
-    # Advantages.
-    advantage: AdvantageMode = "per_step"
-    scale: ScaleMode = "batch_std"
-    gamma: float = 0.97
-    zero_std_eps: float = 1e-6  # groups whose return spread is below this are dropped
-    # Loss.
-    clip_low: float = 0.2
-    clip_high: float = 0.28  # DAPO's clip-higher
-    epochs: int = 8  # 4 or 6 stalled below 0.70 on some seeds: docs/trainer.md
-    minibatches: int = 8
-    micro_batches: int = 1  # gradient accumulation inside each minibatch
-    kl_coef: float = 0.0
-    ref_update_every: int = 0  # refresh the KL reference every K updates (0: never)
-    entropy_coef: float = 0.01
-    max_grad_norm: float = 1.0
-    lr: float = 1e-2
-    lr_schedule: Schedule = "linear"
-    warmup_fraction: float = 0.0
-    weight_decay: float = 0.0
-    # Policy network.
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    activation: Activation = "tanh"
-    obs_storage: ObsStorage = "auto"
-    run: RunConfig = dataclasses.field(default_factory=RunConfig)
+    # -- batch and rollout --
+    num_groups: int = _field(128, "groups per rank; the env has num_groups x group_size sub-envs")
+    group_size: int = _field(8, "members per group; they start alike and are compared")
+    total_env_steps: int = _field(
+        2_500_000, "sub-env steps to train for, over all ranks (every step simulated counts)"
+    )
+    rollout: RolloutMode = _field(
+        "windowed",
+        "'windowed': rollout_steps per update, episodes run on across updates; "
+        "'episodes': every member plays one whole episode per update",
+    )
+    rollout_steps: int = _field(32, "windowed: steps every sub-env takes per update")
+    window: int = _field(
+        32, "windowed: look-ahead of the returns-to-go compared within a group (steps)"
+    )
+    restart_every: int = _field(
+        8, "windowed: steps between the checks that restart groups whose members all ended"
+    )
+    branch_every: int = _field(
+        0,
+        "windowed, envs with state snapshots: a group re-branches from one member's state "
+        "after this many steps (0: never)",
+    )
+    max_episode_steps: int | None = _field(
+        None,
+        "episode limit the trainer applies; None: the env's own (episodes mode needs one)",
+    )
+    # -- advantages --
+    advantage: AdvantageMode = _field(
+        "per_step",
+        "'per_step': returns-to-go vs the group at the same step; 'outcome' (episodes "
+        "mode): whole-episode returns",
+    )
+    scale: ScaleMode = _field(
+        "batch_std", "advantage scale: 'group_std' (GRPO), 'batch_std' (REINFORCE++), 'none'"
+    )
+    gamma: float = _field(0.97, "discount of the returns-to-go")
+    zero_std_eps: float = _field(
+        1e-6, "a group step whose returns spread no more than this carries no signal (weight 0)"
+    )
+    # -- loss and optimiser --
+    clip_low: float = _field(0.2, "ratio clip below: 1 - clip_low")
+    clip_high: float = _field(0.28, "ratio clip above: 1 + clip_high (DAPO's clip-higher)")
+    epochs: int = _field(8, "passes over each update's samples")
+    minibatch_size: int = _field(
+        4096, "samples per gradient step (the step count grows with the batch)"
+    )
+    micro_batches: int = _field(1, "gradient accumulation inside each minibatch")
+    kl_coef: float = _field(0.0, "weight of the k3 KL to a frozen reference policy")
+    ref_update_every: int = _field(0, "refresh the KL reference every K updates (0: never)")
+    entropy_coef: float = _field(0.01, "weight of the entropy bonus")
+    max_grad_norm: float = _field(1.0, "clip the global gradient norm to this")
+    lr: float = _field(1e-2, "AdamW learning rate")
+    lr_schedule: Schedule = _field(
+        "linear", "learning-rate schedule over the env-step budget: constant, linear, cosine"
+    )
+    warmup_fraction: float = _field(0.0, "fraction of the budget spent warming the rate up")
+    weight_decay: float = _field(0.0, "AdamW weight decay")
+    # -- policy network --
+    hidden_sizes: tuple[int, ...] = _field((64, 64), "widths of the MLP's hidden layers")
+    activation: Activation = _field("relu", "activation of the hidden layers: relu or tanh")
+    cnn_channels: tuple[int, ...] = _field(
+        (16, 32), "image observations: channels of the conv layers (3x3; stride 2 after the first)"
+    )
+    obs_storage: ObsStorage = _field(
+        "auto",
+        "rollout observation dtype: auto (compact where lossless), float32, float16, bfloat16",
+    )
+    run: RunConfig = dataclasses.field(
+        default_factory=RunConfig, metadata={"help": "how the run executes (RunConfig)"}
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.run, dict):
             self.run = RunConfig(**self.run)
-        if isinstance(self.hidden_sizes, list):
-            self.hidden_sizes = tuple(self.hidden_sizes)
+        for name in ("hidden_sizes", "cnn_channels"):
+            if isinstance(getattr(self, name), list):
+                setattr(self, name, tuple(getattr(self, name)))
         _check_int(self, "num_groups", minimum=1)
         _check_int(self, "group_size", minimum=2)
         _check_int(self, "total_env_steps", minimum=1)
         if self.max_episode_steps is not None:
             _check_int(self, "max_episode_steps", minimum=1)
-        for name in ("epochs", "minibatches", "micro_batches"):
+        for name in ("rollout_steps", "window", "restart_every"):
+            _check_int(self, name, minimum=1)
+        _check_int(self, "branch_every", minimum=0)
+        for name in ("epochs", "minibatch_size", "micro_batches"):
             _check_int(self, name, minimum=1)
         _check_int(self, "ref_update_every", minimum=0)
+        _check_choice(self, "rollout", RolloutMode)
         _check_choice(self, "advantage", AdvantageMode)
         _check_choice(self, "scale", ScaleMode)
         _check_choice(self, "lr_schedule", Schedule)
@@ -136,10 +217,19 @@ class GRPOConfig:
         _check_float(self, "lr", 0.0, math.inf, low_open=True)
         _check_float(self, "warmup_fraction", 0.0, 1.0, high_open=True)
         _check_float(self, "weight_decay", 0.0, math.inf)
-        if not isinstance(self.hidden_sizes, tuple) or not all(
-            isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in self.hidden_sizes
-        ):
-            raise ValueError(f"hidden_sizes must be positive ints, got {self.hidden_sizes!r}")
+        for name in ("hidden_sizes", "cnn_channels"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple) or not all(
+                isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in value
+            ):
+                raise ValueError(f"{name} must be positive ints, got {value!r}")
+        if not self.cnn_channels:
+            raise ValueError("cnn_channels must name at least one conv layer")
+        if self.advantage == "outcome" and self.rollout == "windowed":
+            raise ValueError(
+                "advantage='outcome' compares whole-episode returns: it needs "
+                "rollout='episodes' (windowed rollouts compare returns-to-go per step)"
+            )
         if not isinstance(self.run, RunConfig):
             raise ValueError(f"run must be a RunConfig, got {self.run!r}")
 
@@ -151,13 +241,33 @@ class GRPOConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GRPOConfig:
-        """Rebuild from `to_dict()` output; unknown fields raise `ValueError`."""
-        data = dict(data)
-        run = data.pop("run", {})
+    def from_dict(cls, data: dict[str, Any], *, strict: bool = True) -> GRPOConfig:
+        """Rebuild from `to_dict()` output; unknown fields raise `ValueError`.
+
+        A field that an earlier version had (`RETIRED`) raises with what replaced it; with
+        `strict=False` (reading an old checkpoint's network, for eval) it is dropped with a
+        warning instead.
+        """
+        data = {k: v for k, v in data.items() if k != "_help"}  # config.json's descriptions
+        run = dict(data.pop("run", {}))
+        for fields in (data, run):
+            for name in [n for n in fields if n in RETIRED]:
+                if strict:
+                    raise ValueError(f"{name}: {RETIRED[name]}")
+                warnings.warn(f"ignoring {name}: {RETIRED[name]}", RuntimeWarning, stacklevel=2)
+                del fields[name]
         _reject_unknown(cls, data)
         _reject_unknown(RunConfig, run)
         return cls(**data, run=RunConfig(**run))
+
+
+# Fields of earlier versions, and what took their place (named in the error a config gets).
+RETIRED = {
+    "minibatches": (
+        "retired; minibatches are now sized in samples: set minibatch_size (the old default, "
+        "8 minibatches of 128 envs x 200 steps, was about 3200 samples)"
+    ),
+}
 
 
 def _reject_unknown(cls: type, data: dict[str, Any]) -> None:

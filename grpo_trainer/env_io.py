@@ -2,20 +2,36 @@
 
 `EnvIO` turns whatever a vector env returns (torch tensors, or numpy arrays as Gymnasium's
 own envs give) into tensors on the trainer's device, zero-copy where the memory allows, and
-turns actions back. It also resets groups: all members of a group get the same seed.
+turns actions back. It also starts groups: every member of a group starts alike.
+
+How a group can start again while its neighbours play on depends on what the env offers,
+found once at construction (`restarts`):
+
+* `"snapshot"`: the env offers the sub-env state protocol (`snapshot_state(index)` and
+  `restore_state(index, snapshot)`, docs/env.md) and masked resets. A restarting group's
+  first member resets; the others copy its state. Groups can also *branch*: every member
+  takes the state one of them reached. All on the device, without a host sync.
+* `"seeded"`: Gymnasium's `SyncVectorEnv` / `AsyncVectorEnv` (numpy, masked resets with a
+  seed per sub-env): a restarting group's members reset with one new seed.
+* `"independent"`: neither. Sub-envs restart through the env's own autoreset, each on its
+  own, so members of a group are no longer in step; a warning says so once.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.vector import AutoresetMode
 
 log = logging.getLogger(__name__)
+
+Restarts = Literal["snapshot", "seeded", "independent"]
 
 
 class EnvStep(NamedTuple):
@@ -32,6 +48,13 @@ def to_tensor(x: Any, device: torch.device, dtype: torch.dtype | None = None) ->
     return torch.as_tensor(x, device=device, dtype=dtype)
 
 
+def has_state_protocol(envs: Any) -> bool:
+    """Does `envs` (itself, not an env it wraps) offer sub-env state snapshots?"""
+    return callable(getattr(envs, "snapshot_state", None)) and callable(
+        getattr(envs, "restore_state", None)
+    )
+
+
 class EnvIO:
     """Adapter between one Gymnasium vector env and the trainer's device."""
 
@@ -43,16 +66,36 @@ class EnvIO:
         self.num_envs = int(envs.num_envs)
         self.observation_space = envs.single_observation_space
         self.action_space = envs.single_action_space
+        metadata = getattr(envs, "metadata", None) or {}
+        self.autoreset_mode = AutoresetMode(metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+        # Success ratios the env declares over its episode fields, e.g. Fruit Catcher's
+        # {"catch_rate": ("caught", "missed")}: reported as hits / (hits + misses).
+        self.episode_ratios: dict[str, tuple[str, str]] = dict(metadata.get("episode_ratios", {}))
+        self.restarts: Restarts = self._find_restarts()
         self.numpy_actions: bool | None = None  # decided by what reset returns
         self.per_env_seeds: bool | None = None  # does reset accept a list of seeds?
+        self.indices = torch.arange(self.num_envs, device=device)  # every sub-env, in order
+
+    def _find_restarts(self) -> Restarts:
+        if has_state_protocol(self.envs):
+            return "snapshot"
+        if isinstance(self.envs.unwrapped, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
+            return "seeded"
+        return "independent"
 
     def max_episode_steps(self) -> int | None:
-        """The env's own episode limit, from its spec (set by `gymnasium.make_vec`)."""
+        """The env's own episode limit: its `max_episode_steps` attribute (what it was made
+        with), else its spec's (set by `gymnasium.make_vec` from the registration)."""
+        own = getattr(self.envs.unwrapped, "max_episode_steps", None)
+        if isinstance(own, (int, np.integer)) and not isinstance(own, bool) and own > 0:
+            return int(own)
         spec = getattr(self.envs, "spec", None)
         steps = getattr(spec, "max_episode_steps", None)
         if steps is None and spec is not None:
             steps = spec.kwargs.get("max_episode_steps")
         return int(steps) if steps else None
+
+    # -- starting groups ---------------------------------------------------------------------
 
     def reset_groups(self, group_seeds: list[int], group_size: int) -> torch.Tensor:
         """Reset every sub-env; members of group g get `group_seeds[g]`, so they start alike.
@@ -82,6 +125,39 @@ class EnvIO:
         obs, _ = self.envs.reset(seed=group_seeds[0])
         return self._obs(obs)
 
+    def restart(
+        self,
+        obs: torch.Tensor,
+        fresh: torch.Tensor,
+        source: torch.Tensor,
+        seeds: Callable[[], list[int]],
+    ) -> torch.Tensor:
+        """Start sub-envs again while the others play on; returns the new observations.
+
+        `fresh` `(B,)` marks sub-envs that start a new game: with snapshots, only the sub-envs
+        that are their own `source` reset, and the rest copy them; with seeded resets, each
+        resets with `seeds()[b]` (equal within a group). `source` `(B,)`: every sub-env `b` ends up in the
+        state of sub-env `source[b]` (itself, for those that go on). With snapshots, a
+        sub-env whose source is another, not fresh one *branches*: it continues from the
+        state that sub-env has reached.
+        """
+        if self.restarts == "snapshot":
+            leaders = fresh & (source == self.indices)
+            new_obs, _ = self.envs.reset(options={"reset_mask": leaders})
+            obs = torch.where(_rows(leaders, obs), self._obs(new_obs), obs)
+            self.envs.restore_state(self.indices, self.envs.snapshot_state(source))
+            return obs.index_select(0, source)
+        if self.restarts == "seeded":  # numpy envs: the host already waits on every step
+            mask = fresh.cpu().numpy()
+            if not mask.any():
+                return obs
+            per_env = [seed if m else None for seed, m in zip(seeds(), mask, strict=True)]
+            new_obs, _ = self.envs.reset(seed=per_env, options={"reset_mask": mask})
+            return torch.where(_rows(fresh, obs), self._obs(new_obs), obs)
+        raise RuntimeError("this env restarts its sub-envs itself (restarts='independent')")
+
+    # -- stepping ------------------------------------------------------------------------------
+
     def step(self, action: torch.Tensor) -> EnvStep:
         if self.numpy_actions:
             env_action: Any = action.detach().cpu().numpy()
@@ -94,6 +170,16 @@ class EnvIO:
         return EnvStep(
             self._obs(obs), to_tensor(reward, self.device, torch.float32), done, self._episode(info)
         )
+
+    # -- state snapshots (restarts == "snapshot") ------------------------------------------------
+
+    def snapshot(self) -> Any:
+        """Every sub-env's state, for a checkpoint (CPU tensors)."""
+        return [t.detach().cpu() for t in self.envs.snapshot_state(self.indices)]
+
+    def restore(self, snapshot: Any) -> None:
+        """Put back what `snapshot()` returned (a checkpoint's env state)."""
+        self.envs.restore_state(self.indices, tuple(t.to(self.device) for t in snapshot))
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -113,7 +199,7 @@ class EnvIO:
             if name.startswith("_"):
                 continue
             if isinstance(values, (np.ndarray, torch.Tensor)) and values.shape == mask.shape:
-                fields[name] = (to_tensor(values, self.device, torch.float32), mask)
+                fields[name] = (to_tensor(values, self.device), mask)
         return fields
 
     def _check_identical_starts(self, obs: Any, group_size: int) -> None:
@@ -127,3 +213,8 @@ class EnvIO:
                 RuntimeWarning,
                 stacklevel=3,
             )
+
+
+def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A `(B,)` mask shaped to broadcast over `(B, ...)` rows."""
+    return mask.view(-1, *([1] * (like.dim() - 1)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 from pathlib import Path
 from typing import Any
@@ -13,54 +12,46 @@ import torch
 from grpo_trainer import checkpoint
 from grpo_trainer.config import GRPOConfig
 from grpo_trainer.env_io import EnvIO
+from grpo_trainer.envs import make_envs
+from grpo_trainer.episodes import EpisodeRunner, play_until_ended, summarise
+from grpo_trainer.metrics import to_host
 from grpo_trainer.policy import Policy
 
-
-def make_envs(config: GRPOConfig, num_envs: int, device: torch.device, **extra: Any) -> Any:
-    """`gymnasium.make_vec` for the config's env; passes `device` if the env takes one."""
-    kwargs = {**config.run.env_kwargs, **extra}
-    if "device" not in kwargs and _accepts_device(config.run.env):
-        kwargs["device"] = str(device)
-    try:
-        return gym.make_vec(config.run.env, num_envs=num_envs, **kwargs)
-    except (gym.error.Error, ModuleNotFoundError) as err:
-        raise ValueError(f"cannot make env {config.run.env!r}: {err}") from None
-
-
-def _accepts_device(env_id: str) -> bool:
-    try:
-        spec = gym.spec(env_id)
-    except (gym.error.Error, ModuleNotFoundError):
-        return False
-    entry = spec.vector_entry_point
-    if entry is None:
-        return False
-    creator = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
-    try:
-        return "device" in inspect.signature(creator).parameters
-    except (TypeError, ValueError):
-        return False
+EVAL_HORIZON = 10_000  # steps an evaluation episode may last when the env declares no limit
 
 
 def load_policy(
-    path: str | Path, device: torch.device
+    path: str | Path, device: torch.device, envs: gym.vector.VectorEnv | None = None
 ) -> tuple[Policy, GRPOConfig, dict[str, Any]]:
-    """A policy and its config from a checkpoint (loaded with `weights_only=True`)."""
-    payload = checkpoint.load(path)
-    config = GRPOConfig.from_dict(payload["config"])
-    envs = make_envs(config, 1, device)
+    """A policy and its config from a checkpoint (loaded with `weights_only=True`).
+
+    The checkpoint must fit the env it is played in (`envs`, or one sub-env of the
+    checkpoint's own env): other spaces or another network are refused, naming each
+    difference, as `--resume` does.
+    """
+    payload = checkpoint.load(path, any_version=True)
+    config = GRPOConfig.from_dict(payload["config"], strict=False)
+    own = envs is None
+    envs = envs if envs is not None else make_envs(config, 1, device)
     try:
+        spaces = {
+            "observation_space": str(envs.single_observation_space),
+            "action_space": str(envs.single_action_space),
+        }
+        checkpoint.check_compatible(payload, Path(path), spaces, config.to_dict())
         policy = Policy(
             envs.single_observation_space,
             envs.single_action_space,
             config.hidden_sizes,
             config.activation,
+            config.cnn_channels,
         )
         policy.load_state_dict(payload["policy"])
     except RuntimeError as err:
         raise checkpoint.CheckpointError(f"checkpoint {path} does not fit its env: {err}") from None
     finally:
-        envs.close()
+        if own:
+            envs.close()
     return policy.to(device).eval(), config, payload
 
 
@@ -82,56 +73,28 @@ def evaluate(
     """
     device = next(policy.parameters()).device
     env = EnvIO(envs, device)
-    horizon = max_episode_steps or env.max_episode_steps() or 10_000
+    horizon = max_episode_steps or env.max_episode_steps() or EVAL_HORIZON
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
-    returns: list[torch.Tensor] = []
-    lengths: list[torch.Tensor] = []
-    sums: dict[str, torch.Tensor] = {}
-    counts: dict[str, torch.Tensor] = {}
-    rounds = math.ceil(episodes / env.num_envs)
+    runner = EpisodeRunner(env)
     members = torch.arange(env.num_envs, device=device)
-    for r in range(rounds):
+
+    def act(_: int, obs: torch.Tensor) -> torch.Tensor:
+        params = policy(obs)
+        if greedy:
+            return policy.head.to_env(policy.head.greedy(params))
+        noise = policy.head.noise(env.num_envs, generator, device)
+        return policy.head.to_env(policy.head.sample(params, noise)[0])
+
+    def all_ended(runner: EpisodeRunner) -> bool:  # evaluation may sync: it is not a hot path
+        return not bool(runner.alive.any())
+
+    for r in range(math.ceil(episodes / env.num_envs)):
         obs = env.reset_groups([seed + (r + 1) * env.num_envs + i for i in range(env.num_envs)], 1)
         counted = members < episodes - r * env.num_envs  # the last round may need fewer
-        alive = torch.ones(env.num_envs, dtype=torch.bool, device=device)
-        ret = torch.zeros(env.num_envs, device=device)
-        length = torch.zeros(env.num_envs, device=device)
-        for _ in range(horizon):
-            params = policy(obs)
-            if greedy:
-                action = policy.head.greedy(params)
-            else:
-                noise = policy.head.noise(env.num_envs, generator, device)
-                action, _ = policy.head.sample(params, noise)
-            step = env.step(policy.head.to_env(action))
-            ret += torch.where(alive, step.reward, 0.0)
-            length += alive
-            ended = alive & step.done
-            for name, (values, mask) in step.episode.items():
-                taken = ended & mask & counted
-                sums[name] = sums.get(name, 0) + torch.where(taken, values, 0.0).sum()
-                counts[name] = counts.get(name, 0) + taken.sum()
-            alive &= ~step.done
-            obs = step.obs
-            if not bool(alive.any()):  # evaluation may sync: it is not a hot path
-                break
-        returns.append(ret)
-        lengths.append(length)
-    all_returns = torch.cat(returns)[:episodes]
-    out = {
-        "episodes": float(all_returns.numel()),
-        "return_mean": float(all_returns.mean()),
-        "return_std": float(all_returns.std(correction=0)),
-        "length_mean": float(torch.cat(lengths)[:episodes].mean()),
-    }
-    for name, total in sums.items():
-        if int(counts[name]):  # no field when no counted episode reported it
-            out[f"episode_{name}"] = float(total / counts[name])
-    # An env may name success ratios of its episode fields in its metadata, e.g. Fruit
-    # Catcher's {"catch_rate": ("caught", "missed")}: caught / (caught + missed), all games.
-    for name, (hits, misses) in dict(envs.metadata.get("episode_ratios", {})).items():
-        total = float(sums.get(hits, 0.0) + sums.get(misses, 0.0))
-        if total > 0:  # undefined when nothing was hit or missed
-            out[name] = float(sums[hits]) / total if hits in sums else 0.0
-    return out
+        play_until_ended(runner, obs, act, horizon, counted=counted, stop=all_ended)
+        unfinished = runner.alive  # the horizon cut them: count them as they stand
+        runner.stats.add(unfinished, runner.returns, runner.lengths, {})
+    sums = runner.stats.sums()
+    out = to_host({**summarise(sums, env.episode_ratios), "episodes": sums["episodes"]})
+    return {k: v for k, v in out.items() if not math.isnan(v)}

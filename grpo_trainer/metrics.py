@@ -1,12 +1,19 @@
-"""Observability: device-side metric reduction, memory figures, and a background writer.
+"""Every metric the trainer reports, declared once; memory figures; a background writer.
 
-The trainer gathers each update's metrics as 0-d device tensors and copies them to the host
-in one transfer (`to_host`). Writing (JSONL, TensorBoard) happens on a background thread so
-the training loop never waits on the disk.
+`METRICS` maps each metric to how it combines across data-parallel ranks (`reduce`), how it
+is displayed, and a one-line description. It drives the cross-rank reduction, the live
+progress line, the summary table, metrics.jsonl, TensorBoard and the metrics table in
+docs/trainer.md (a test keeps that table equal to `markdown_table()`). A metric missing here
+cannot be reported: `spec` raises.
+
+Reductions: `sum`, `mean`, `min`, `max` are all-reduces of the per-rank values; `derived`
+metrics are computed from already reduced sums (episode means and ratios); `host` metrics
+are the host's own figures (counters, timings, memory), taken as they are on rank 0.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -14,15 +21,138 @@ import queue
 import resource
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 log = logging.getLogger(__name__)
 
+Reduce = Literal["sum", "mean", "min", "max", "derived", "host"]
 
-def to_host(metrics: dict[str, torch.Tensor | float | int]) -> dict[str, float]:
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    reduce: Reduce
+    help: str
+    fmt: str = "{:.4g}"
+    live: str | None = None  # its label in the live progress line, if shown there
+    summary: bool = False  # in the summary table at the end of a run
+
+
+METRICS: dict[str, Metric] = {
+    # -- progress (host) --
+    "update": Metric("host", "updates done", "{:.0f}", summary=True),
+    "env_steps": Metric(
+        "host", "sub-env steps simulated so far, all ranks", "{:,.0f}", summary=True
+    ),
+    "valid_steps": Metric(
+        "sum", "steps of this update's trained rows that belong to counted episodes", "{:,.0f}"
+    ),
+    "horizon": Metric("host", "episodes mode: this update's rollout horizon", "{:.0f}"),
+    "lr": Metric("host", "learning rate of this update", "{:.3g}"),
+    "rollout_s": Metric("host", "seconds spent collecting the rollout", "{:.3f}"),
+    "update_s": Metric("host", "seconds spent on advantages and optimisation", "{:.3f}"),
+    "steps_per_s": Metric(
+        "host",
+        "env steps per second of this update (rollout and optimisation)",
+        "{:,.0f}",
+        live="steps/s",
+        summary=True,
+    ),
+    "warmup_s": Metric(
+        "host", "seconds of the first update, compilation included", "{:.2f}", summary=True
+    ),
+    "train_s": Metric("host", "seconds of training so far (updates only)", "{:.1f}", summary=True),
+    # -- episodes that ended during the update (derived from reduced sums) --
+    "episodes": Metric("sum", "episodes that ended during this update", "{:.0f}"),
+    "return_mean": Metric(
+        "derived", "mean return of those episodes", "{:.2f}", live="return", summary=True
+    ),
+    "return_std": Metric("derived", "their return's standard deviation", "{:.2f}", summary=True),
+    "return_min": Metric("min", "their lowest return", "{:.2f}"),
+    "return_max": Metric("max", "their highest return", "{:.2f}"),
+    "length_mean": Metric("derived", "their mean length in steps", "{:.1f}", summary=True),
+    "length_max": Metric("max", "the longest episode still being played (steps so far)", "{:.0f}"),
+    "episode_<field>": Metric(
+        "derived",
+        "mean of a numeric info['episode'] field over those episodes (e.g. episode_caught)",
+        "{:.2f}",
+        summary=True,
+    ),
+    "<ratio>": Metric(
+        "derived",
+        "a success ratio the env declares, hits / (hits + misses) (e.g. catch_rate)",
+        "{:.3f}",
+        live="",
+        summary=True,
+    ),
+    # -- advantages --
+    "frac_zero_std_groups": Metric(
+        "derived",
+        "fraction of compared group steps whose returns had no spread (no signal, weight 0)",
+        "{:.2f}",
+        live="zero-std",
+        summary=True,
+    ),
+    # -- optimisation: means over the update's gradient steps --
+    "loss": Metric("mean", "total loss", "{:.4f}"),
+    "policy_loss": Metric("mean", "clipped surrogate term", "{:.4f}"),
+    "kl": Metric(
+        "mean", "k3 KL to the reference policy (0 without kl_coef)", "{:.4f}", summary=True
+    ),
+    "entropy": Metric("mean", "policy entropy", "{:.3f}", live="entropy", summary=True),
+    "clip_fraction": Metric(
+        "mean", "fraction of samples whose ratio was clipped", "{:.3f}", summary=True
+    ),
+    "approx_kl_old": Metric("mean", "k3 KL to the rollout policy: the step size", "{:.4f}"),
+    "grad_norm": Metric("max", "global gradient norm before clipping", "{:.3f}"),
+    "skipped_steps": Metric(
+        "max", "optimiser steps skipped for a non-finite loss or gradient", "{:.0f}"
+    ),
+    # -- memory (host) --
+    "mem_rss_mib": Metric("host", "CPU: resident memory, MiB", "{:.0f}"),
+    "mem_peak_rss_mib": Metric("host", "CPU: peak resident memory, MiB", "{:.0f}"),
+    "mem_allocated_mib": Metric("host", "CUDA: memory allocated by tensors, MiB", "{:.0f}"),
+    "mem_reserved_mib": Metric("host", "CUDA: memory reserved by the allocator, MiB", "{:.0f}"),
+    "mem_peak_mib": Metric("host", "CUDA: peak memory allocated, MiB", "{:.0f}"),
+}
+
+
+def spec(name: str, ratios: Mapping[str, Any] | None = None) -> Metric:
+    """The declaration of `name` (`episode_*` and the env's ratios by their pattern)."""
+    if name in METRICS:
+        return METRICS[name]
+    if name.startswith("episode_"):
+        return METRICS["episode_<field>"]
+    if ratios and name in ratios:
+        return METRICS["<ratio>"]
+    raise KeyError(f"metric {name!r} is not declared in grpo_trainer.metrics.METRICS")
+
+
+def markdown_table() -> str:
+    """The metrics table of docs/trainer.md."""
+    lines = ["| metric | across ranks | meaning |", "|---|---|---|"]
+    lines += [f"| `{name}` | {m.reduce} | {m.help} |" for name, m in METRICS.items()]
+    return "\n".join(lines)
+
+
+def live_line(metrics: Mapping[str, float], ratios: Mapping[str, Any] | None = None) -> str:
+    """The metrics shown while training, e.g. `return 12.31  catch_rate 0.702  ...`."""
+    parts = []
+    for name, value in metrics.items():
+        try:
+            m = spec(name, ratios)
+        except KeyError:
+            continue
+        if m.live is not None:
+            label = m.live or name
+            parts.append(f"{label} {m.fmt.format(value)}")
+    return "  ".join(parts)
+
+
+def to_host(metrics: Mapping[str, torch.Tensor | float | int]) -> dict[str, float]:
     """One device-to-host copy for all tensor metrics (the only sync of an update)."""
     names = [k for k, v in metrics.items() if isinstance(v, torch.Tensor)]
     out = {k: float(v) for k, v in metrics.items() if not isinstance(v, torch.Tensor)}

@@ -222,8 +222,24 @@ def make_head(space: gym.Space) -> ActionHead:
 
 
 def is_image_space(space: gym.Space) -> bool:
-    """A uint8 Box of shape (C, H, W): encoded by the CNN."""
-    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
+    """A 3-D uint8 or bool Box (an image or a stack of binary planes): encoded by the CNN."""
+    return (
+        isinstance(space, gym.spaces.Box)
+        and space.dtype in (np.uint8, np.bool_)
+        and len(space.shape) == 3
+    )
+
+
+def channels_last(shape: tuple[int, ...]) -> bool:
+    """Images are (C, H, W) unless their last axis is the shortest, e.g. MinAtar's (10, 10, 4)."""
+    return shape[-1] < min(shape[:-1])
+
+
+class _ChannelsFirst(nn.Module):
+    """(N, H, W, C) -> (N, C, H, W)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.permute(0, 3, 1, 2)
 
 
 class Policy(nn.Module):
@@ -235,22 +251,24 @@ class Policy(nn.Module):
         action_space: gym.Space,
         hidden_sizes: tuple[int, ...] = (64, 64),
         activation: str = "tanh",
+        cnn_channels: tuple[int, ...] = (16, 32),
     ) -> None:
         super().__init__()
         act = {"tanh": Tanh, "relu": nn.ReLU}[activation]
         self.head = make_head(action_space)
         if is_image_space(observation_space):
-            channels, height, width = observation_space.shape
-            self.scale = 1.0 / 255.0
-            conv = nn.Sequential(
-                nn.Conv2d(channels, 16, 3, padding=1),
-                nn.ReLU(),
-                nn.Conv2d(16, 32, 3, stride=2, padding=1),
-                nn.ReLU(),
-                nn.Flatten(),
-            )
+            last = channels_last(observation_space.shape)
+            channels = observation_space.shape[-1 if last else 0]
+            self.scale = 1.0 / 255.0 if observation_space.dtype == np.uint8 else 1.0
+            convs: list[nn.Module] = [_ChannelsFirst()] if last else []
+            for i, width in enumerate(cnn_channels):  # 3x3; stride 2 after the first
+                convs += [nn.Conv2d(channels, width, 3, stride=1 if i == 0 else 2, padding=1)]
+                convs += [nn.ReLU()]
+                channels = width
+            conv = nn.Sequential(*convs, nn.Flatten())
             with torch.no_grad():
-                in_dim = conv(torch.zeros(1, channels, height, width)).shape[1]
+                shape = observation_space.shape
+                in_dim = conv(torch.zeros(1, *shape)).shape[1]
             layers: list[nn.Module] = [conv]
         elif isinstance(observation_space, gym.spaces.Box):
             self.scale = 1.0
@@ -259,7 +277,7 @@ class Policy(nn.Module):
         else:
             raise ValueError(
                 f"unsupported observation space {observation_space}: use a Box "
-                "(flat features, or uint8 images shaped (C, H, W))"
+                "(flat features, or uint8/bool images shaped (C, H, W) or (H, W, C))"
             )
         for size in hidden_sizes:
             linear = nn.Linear(in_dim, size)

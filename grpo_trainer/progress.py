@@ -1,7 +1,11 @@
-"""Console output: a rich progress bar with live metrics, and a summary table at the end."""
+"""Console output: a progress bar with live metrics, and a summary table at the end.
+
+Which metrics show, and how, is declared once in `metrics.METRICS` (`live`, `summary`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
@@ -9,33 +13,19 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-# Metrics shown live, with their format; the summary shows these and a few more.
-LIVE = {
-    "return_mean": "return {:.2f}",
-    "steps_per_s": "{:,.0f} steps/s",
-    "entropy": "entropy {:.3f}",
-    "frac_zero_std_groups": "zero-std {:.2f}",
-}
-SUMMARY = (
-    "update",
-    "env_steps",
-    "return_mean",
-    "return_std",
-    "length_mean",
-    "entropy",
-    "kl",
-    "clip_fraction",
-    "frac_zero_std_groups",
-    "steps_per_s",
-    "warmup_s",
-)
+from grpo_trainer.metrics import live_line, spec
 
 
 class ProgressDisplay:
     """A progress bar over env steps; silent when disabled."""
 
-    def __init__(self, total_steps: int, enabled: bool = True) -> None:
-        self.enabled = enabled
+    def __init__(
+        self,
+        total_steps: int,
+        enabled: bool = True,
+        ratios: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.enabled, self.ratios = enabled, dict(ratios or {})
         self.console = Console(stderr=True)
         self._progress = Progress(
             TextColumn("[bold]GRPO"),
@@ -60,23 +50,21 @@ class ProgressDisplay:
     ) -> None:
         self._progress.__exit__(exc_type, exc, tb)
 
-    def advance(self, env_steps: int, metrics: dict[str, Any]) -> None:
-        live = "  ".join(fmt.format(metrics[k]) for k, fmt in LIVE.items() if k in metrics)
-        for name, value in metrics.items():
-            if name.startswith("episode_") and name not in ("episode_r", "episode_l"):
-                live += f"  {name[8:]} {value:.2f}"
+    def advance(self, env_steps: int, metrics: Mapping[str, float]) -> None:
+        live = live_line(metrics, self.ratios)
         self._progress.update(self._task, completed=env_steps, live=live)
 
-    def summary(self, metrics: dict[str, Any]) -> None:
+    def summary(self, metrics: Mapping[str, float]) -> None:
         if not self.enabled or not metrics:
             return
         table = Table(title="GRPO run summary")
         table.add_column("metric")
         table.add_column("value", justify="right")
-        names = [*SUMMARY, *sorted(k for k in metrics if k.startswith("episode_"))]
-        for name in names:
-            if name in metrics:
-                value = metrics[name]
-                text = f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
-                table.add_row(name, text)
+        for name, value in metrics.items():
+            try:
+                shown = spec(name, self.ratios).summary
+            except KeyError:
+                continue
+            if shown:
+                table.add_row(name, f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}")
         self.console.print(table)

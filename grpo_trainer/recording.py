@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from grpo_trainer.env_io import EnvIO
+from grpo_trainer.episodes import EpisodeRunner, RunnerStep, play_until_ended
 from grpo_trainer.policy import Policy
 
 
@@ -29,12 +30,18 @@ def play_episode(policy: Policy, envs: gym.vector.VectorEnv, *, steps: int, seed
     env = EnvIO(envs, device)
     obs = env.reset_groups([seed] * env.num_envs, 1)
     frames = [_first_frame(envs.render())]
-    for _ in range(steps):
-        step = env.step(policy.head.to_env(policy.greedy(obs)))
-        frames.append(_first_frame(envs.render()))
-        if bool(step.done[0]):
-            break
-        obs = step.obs
+
+    def act(_: int, obs: torch.Tensor) -> torch.Tensor:
+        return policy.head.to_env(policy.greedy(obs))
+
+    def record(_: int, step: RunnerStep) -> None:
+        if step.alive[0]:  # the frame after sub-env 0's last step is its next game's
+            frames.append(_first_frame(envs.render()))
+
+    def first_ended(runner: EpisodeRunner) -> bool:
+        return not bool(runner.alive[0])
+
+    play_until_ended(EpisodeRunner(env), obs, act, steps, on_step=record, stop=first_ended)
     return frames
 
 

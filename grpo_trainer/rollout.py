@@ -1,112 +1,374 @@
-"""Rollouts: every group member plays one episode; storage is preallocated on the device.
+"""Rollouts: play the policy in every sub-env and store what the update needs, on the device.
+
+Two ways to play, one storage:
+
+* `WindowedRollout` (the default): every update plays `rollout_steps` steps in every sub-env,
+  and episodes run on across updates. A step's return looks `window` steps ahead, so the
+  last `window - 1` rows of a rollout wait, stored, for the next one (`RolloutBuffer.carry`).
+  Groups whose members have all ended start again together (`GroupRestarts`).
+* `EpisodeRollout`: every member plays one whole episode per update from a group reset.
 
 Storage per env-step is what the loss needs and nothing else: the observation (in the
 compact dtype the policy reads), the action (uint8 for up to 256 choices), the rollout
-policy's log-prob and the reward. Validity is not stored: it is `t < length[b]`.
+policy's log-prob, the reward, and two flags: `valid` (the step belongs to an episode that
+counts) and `cut` (its episode, or the member's path, ends there: returns stop at it).
+No step of the loop waits on the device.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
+from gymnasium.vector import AutoresetMode
 
 from grpo_trainer.env_io import EnvIO
+from grpo_trainer.episodes import EpisodeRunner, RunnerStep, play_until_ended
 from grpo_trainer.policy import ActionHead
 
 SampleFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 class RolloutBuffer:
-    """`(horizon, num_envs, ...)` tensors, allocated once and reused every update."""
+    """`(rows, num_envs, ...)` tensors, allocated once and reused every update.
+
+    Rows `[0, ready)` are trained on; the last `carry` rows are the look-ahead of those and
+    become the first `carry` rows of the next rollout.
+    """
 
     def __init__(
         self,
-        horizon: int,
+        ready: int,
+        carry: int,
         num_envs: int,
         obs_shape: tuple[int, ...],
         obs_dtype: torch.dtype,
         head: ActionHead,
         device: torch.device,
     ) -> None:
-        self.horizon, self.num_envs = horizon, num_envs
-        self.obs = torch.zeros((horizon, num_envs, *obs_shape), dtype=obs_dtype, device=device)
+        self.ready, self.carry, self.num_envs = ready, carry, num_envs
+        self.rows = rows = ready + carry
+        self.obs = torch.zeros((rows, num_envs, *obs_shape), dtype=obs_dtype, device=device)
         self.actions = torch.zeros(
-            (horizon, num_envs, *head.action_shape), dtype=head.action_dtype, device=device
+            (rows, num_envs, *head.action_shape), dtype=head.action_dtype, device=device
         )
-        self.logp = torch.zeros((horizon, num_envs), dtype=torch.float32, device=device)
-        self.rewards = torch.zeros((horizon, num_envs), dtype=torch.float32, device=device)
-        self.lengths = torch.zeros(num_envs, dtype=torch.int64, device=device)
+        self.logp = torch.zeros((rows, num_envs), dtype=torch.float32, device=device)
+        self.rewards = torch.zeros((rows, num_envs), dtype=torch.float32, device=device)
+        self.valid = torch.zeros((rows, num_envs), dtype=torch.bool, device=device)
+        self.cut = torch.zeros((rows, num_envs), dtype=torch.bool, device=device)
+
+    @property
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {
+            "obs": self.obs,
+            "actions": self.actions,
+            "logp": self.logp,
+            "rewards": self.rewards,
+            "valid": self.valid,
+            "cut": self.cut,
+        }
 
     @property
     def bytes_per_step(self) -> int:
-        """Bytes stored per env-step (the tensors above, per (t, b) entry)."""
-        per_step = (self.obs, self.actions, self.logp, self.rewards)
-        return sum(t[0, 0].numel() * t.element_size() for t in per_step)
+        """Bytes stored per env-step (every tensor above, per (row, sub-env) entry)."""
+        return sum(t[0, 0].numel() * t.element_size() for t in self.tensors.values())
 
-    def valid(self, horizon: int) -> torch.Tensor:
-        """`(horizon, B)` bool: member b was still playing at step t."""
-        steps = torch.arange(horizon, device=self.lengths.device)
-        return steps[:, None] < self.lengths[None, :]
-
-
-class RolloutStats(NamedTuple):
-    """Device tensors summarising a rollout's episodes (copied to the host with the metrics)."""
-
-    finished: torch.Tensor  # (B,) bool: the episode ended inside the horizon
-    info_sums: dict[str, torch.Tensor]  # numeric info["episode"] fields, summed over episodes
-    info_counts: dict[str, torch.Tensor]
+    def shift_carry(self) -> None:
+        """Move the look-ahead rows of the last rollout to the front."""
+        if not self.carry:
+            return
+        for t in self.tensors.values():
+            tail = t[self.ready :]
+            t[: self.carry] = tail.clone() if self.ready < self.carry else tail
 
 
-@torch.inference_mode()
-def collect(
-    env: EnvIO,
-    obs: torch.Tensor,
-    sample: SampleFn,
-    head: ActionHead,
-    buffer: RolloutBuffer,
-    horizon: int,
-    generator: torch.Generator,
-) -> RolloutStats:
-    """Play `horizon` steps from the reset observation `obs`; steps after an end are masked.
+class Rollout(NamedTuple):
+    """What one collection produced: views of the buffer, and device statistics."""
 
-    No host synchronisation: the loop runs the full horizon whatever happens (the trainer
-    shortens the horizon between updates when episodes end early).
+    obs: torch.Tensor  # (ready, B, ...) the trained rows
+    actions: torch.Tensor
+    logp: torch.Tensor
+    rewards: torch.Tensor  # (rows, B): trained rows and their look-ahead
+    valid: torch.Tensor  # (rows, B) bool
+    cut: torch.Tensor  # (rows, B) bool
+    episodes: dict[str, torch.Tensor]  # EpisodeStats.sums() of the episodes that ended
+    length_max: torch.Tensor  # () longest current episode (episodes mode: its horizon)
+    stale: int  # leading trained rows played by the policy of an earlier update
 
-    Every operation here runs once per step, so at small batches their count is the cost
-    (a few microseconds each): values are written straight into the buffer (`copy_` casts),
-    and episode statistics are kept per sub-env and summed once at the end. Each member
-    ends at most one episode while alive, so a per-env slot holds that episode's value.
+
+def _rollout(buffer: RolloutBuffer, runner: EpisodeRunner, rows: int) -> Rollout:
+    ready = min(buffer.ready, rows)
+    return Rollout(
+        buffer.obs[:ready],
+        buffer.actions[:ready],
+        buffer.logp[:ready],
+        buffer.rewards[:rows],
+        buffer.valid[:rows],
+        buffer.cut[:rows],
+        runner.stats.sums(),
+        runner.lengths.max(),
+        min(buffer.carry, ready),
+    )
+
+
+class Recorder:
+    """Plays the policy into the buffer: `act` stores the observation, samples an action from
+    the stored (compact) value, as the update will read it, and stores action and log-prob;
+    `record` stores what the step brought.
+
+    Every operation here runs once per step, so at small batches their count is the cost:
+    values are written straight into the buffer (`copy_` casts).
     """
-    device = buffer.lengths.device
-    alive = torch.ones(buffer.num_envs, dtype=torch.bool, device=device)
-    zero = torch.zeros((), device=device)
-    buffer.lengths.zero_()
-    info_values: dict[str, torch.Tensor] = {}  # name -> (B,) value of b's ended episode
-    info_taken: dict[str, torch.Tensor] = {}  # name -> (B,) bool: b reported it
-    for t in range(horizon):
-        stored = buffer.obs[t]
-        stored.copy_(obs)  # the policy reads the stored (compact) value, as the update will
-        action, logp = sample(stored, head.noise(buffer.num_envs, generator, device))
-        buffer.actions[t].copy_(action)
-        buffer.logp[t].copy_(logp)
-        step = env.step(head.to_env(action))
-        torch.where(alive, step.reward, zero, out=buffer.rewards[t])
-        buffer.lengths += alive
-        ended = alive & step.done
-        taken_by_mask: dict[int, torch.Tensor] = {}  # fields usually share one mask
-        for name, (values, mask) in step.episode.items():
-            taken = taken_by_mask.get(id(mask))
-            if taken is None:
-                taken = taken_by_mask[id(mask)] = ended & mask
-            if name not in info_values:
-                info_values[name] = torch.zeros_like(values, dtype=torch.float32)
-                info_taken[name] = torch.zeros_like(taken)
-            torch.where(taken, values, info_values[name], out=info_values[name])
-            info_taken[name] |= taken
-        alive = alive ^ ended
-        obs = step.obs
-    info_sums = {name: values.sum() for name, values in info_values.items()}
-    info_counts = {name: taken.sum() for name, taken in info_taken.items()}
-    return RolloutStats(~alive, info_sums, info_counts)
+
+    def __init__(
+        self,
+        buffer: RolloutBuffer,
+        head: ActionHead,
+        sample: SampleFn,
+        generator: torch.Generator,
+    ) -> None:
+        self.buffer, self.head, self.sample, self.generator = buffer, head, sample, generator
+
+    def act(self, row: int, obs: torch.Tensor) -> torch.Tensor:
+        buffer = self.buffer
+        stored = buffer.obs[row]
+        stored.copy_(obs)
+        noise = self.head.noise(buffer.num_envs, self.generator, obs.device)
+        action, logp = self.sample(stored, noise)
+        buffer.actions[row].copy_(action)
+        buffer.logp[row].copy_(logp)
+        return self.head.to_env(action)
+
+    def record(self, row: int, step: RunnerStep) -> None:
+        buffer = self.buffer
+        buffer.rewards[row].copy_(step.reward)
+        buffer.valid[row].copy_(step.alive)
+        buffer.cut[row].copy_(step.ended)
+
+
+class WindowedRollout:
+    """`ready` new steps per sub-env per update; episodes run on across updates."""
+
+    def __init__(
+        self,
+        env: EnvIO,
+        buffer: RolloutBuffer,
+        head: ActionHead,
+        restarts: Restarts,
+        max_episode_steps: int | None,
+    ) -> None:
+        self.env, self.buffer, self.head, self.restarts = env, buffer, head, restarts
+        self.runner = EpisodeRunner(env, max_episode_steps)
+        self.obs: torch.Tensor | None = None
+
+    @torch.inference_mode()
+    def collect(self, sample: SampleFn, generator: torch.Generator) -> Rollout:
+        if self.obs is None:
+            self.obs = self.restarts.start(self.runner)
+        buffer, runner = self.buffer, self.runner
+        recorder = Recorder(buffer, self.head, sample, generator)
+        runner.stats.reset()
+        buffer.shift_carry()
+        obs = self.obs
+        for row in range(buffer.carry, buffer.rows):
+            step = runner.step(recorder.act(row, obs))
+            recorder.record(row, step)
+            obs = self.restarts.after_step(row, step, runner, buffer)
+        self.obs = obs
+        return _rollout(buffer, runner, buffer.rows)
+
+    def state_dict(self) -> dict[str, Any]:
+        """What continues the rollout exactly: env states, observations, trackers, carry."""
+        if self.obs is None:
+            return {}
+        runner, buffer = self.runner, self.buffer
+        return {
+            "env": self.env.snapshot() if self.env.restarts == "snapshot" else None,
+            "obs": self.obs,
+            "alive": runner.alive,
+            "returns": runner.returns,
+            "lengths": runner.lengths,
+            "carry": {k: t[buffer.ready :] for k, t in buffer.tensors.items()},
+            "restarts": self.restarts.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not state:
+            return
+        if state["env"] is None:
+            warnings.warn(
+                f"{type(self.env.envs).__name__} offers no state snapshots: after this resume "
+                "every sub-env starts a new episode (the run is not an exact continuation)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            self.buffer.valid[self.buffer.ready :] = False
+            return
+        device = self.env.device
+        self.restarts.start(self.runner)  # an env must be reset before its state is set
+        self.env.restore(state["env"])
+        self.obs = state["obs"].to(device)
+        runner = self.runner
+        runner.alive = state["alive"].to(device)
+        runner.returns = state["returns"].to(device)
+        runner.lengths = state["lengths"].to(device)
+        for name, t in self.buffer.tensors.items():
+            t[self.buffer.ready :] = state["carry"][name].to(device)
+        self.restarts.load_state_dict(state["restarts"])
+
+
+class Restarts:
+    """How sub-envs start again after their episodes end (one of two strategies)."""
+
+    def start(self, runner: EpisodeRunner) -> torch.Tensor:
+        raise NotImplementedError
+
+    def after_step(
+        self, row: int, step: RunnerStep, runner: EpisodeRunner, buffer: RolloutBuffer
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class GroupRestarts(Restarts):
+    """Groups start together: every `every` steps, each group whose members have all ended
+    starts a new game, the same for all its members (a fresh seed shared by the group).
+
+    With `branch_every`, a group that has played that many steps since it (re)started
+    branches: all its members take the state one of them (chosen at random among those
+    still playing) has reached, and compare their continuations from there. The rows before
+    a branch are cut, so no member's return reaches into a path that is not its own.
+    """
+
+    def __init__(
+        self,
+        env: EnvIO,
+        group_size: int,
+        seeds: Callable[[int, int], list[int]],
+        generator: torch.Generator,
+        *,
+        every: int,
+        branch_every: int,
+    ) -> None:
+        self.env, self.group_size, self.seeds = env, group_size, seeds
+        self.generator, self.every, self.branch_every = generator, every, branch_every
+        device, n = env.device, env.num_envs
+        self.leader = torch.arange(n, device=device) // group_size * group_size
+        self.since = torch.zeros(n, device=device)  # steps since the group (re)started
+        self.points = 0  # restart points so far: numbers the groups' seeds
+        self.steps = 0
+
+    def start(self, runner: EpisodeRunner) -> torch.Tensor:
+        obs = self.env.reset_groups(self._group_seeds(), self.group_size)
+        runner.revive()
+        return obs
+
+    def _group_seeds(self) -> list[int]:
+        self.points += 1
+        return self.seeds(self.points, self.env.num_envs // self.group_size)
+
+    def after_step(
+        self, row: int, step: RunnerStep, runner: EpisodeRunner, buffer: RolloutBuffer
+    ) -> torch.Tensor:
+        obs = step.env.obs
+        self.steps += 1
+        if self.branch_every:
+            self.since += 1
+        if self.steps % self.every:
+            return obs
+        k = self.group_size
+        alive = runner.alive.view(-1, k)
+        fresh = (~alive.any(1)).repeat_interleave(k)  # groups whose members all ended
+        source = torch.where(fresh, self.leader, self.env.indices)
+        if self.branch_every:
+            due = (self.since >= self.branch_every) & ~fresh
+            scores = torch.rand(alive.shape, generator=self.generator, device=alive.device)
+            donor = (scores * alive).argmax(1).repeat_interleave(k) + self.leader
+            source = torch.where(due, donor, source)
+            buffer.cut[row] |= due  # the group's paths end here; their returns stop
+            self.since.masked_fill_(due | fresh, 0.0)
+        seeds = self._group_seeds  # only the seeded strategy calls it (host-side)
+        obs = self.env.restart(obs, fresh, source, lambda: _per_member(seeds(), k))
+        runner.follow(source, fresh)
+        return obs
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"since": self.since, "points": self.points, "steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.since = state["since"].to(self.since.device)
+        self.points, self.steps = int(state["points"]), int(state["steps"])
+
+
+class IndependentRestarts(Restarts):
+    """The env restarts each sub-env itself (its autoreset); the trainer follows.
+
+    With NEXT_STEP autoreset the step after an end is the env's reset step (the action is
+    ignored), so the sub-env counts again from the step after that; with SAME_STEP at once.
+    """
+
+    def __init__(self, env: EnvIO, group_size: int, seeds: Callable[[int, int], list[int]]):
+        if env.autoreset_mode == AutoresetMode.DISABLED:
+            raise ValueError(
+                f"{type(env.envs).__name__} neither restarts its sub-envs (autoreset DISABLED) "
+                "nor offers state snapshots or masked seeded resets: windowed rollouts cannot "
+                "continue it; use rollout='episodes'"
+            )
+        self.env, self.group_size, self.seeds = env, group_size, seeds
+        self.next_step = env.autoreset_mode == AutoresetMode.NEXT_STEP
+        self.resetting = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+
+    def start(self, runner: EpisodeRunner) -> torch.Tensor:
+        num_groups = self.env.num_envs // self.group_size
+        obs = self.env.reset_groups(self.seeds(0, num_groups), self.group_size)
+        runner.revive()
+        return obs
+
+    def after_step(
+        self, row: int, step: RunnerStep, runner: EpisodeRunner, buffer: RolloutBuffer
+    ) -> torch.Tensor:
+        if self.next_step:
+            runner.revive(self.resetting)  # their reset step has just been played
+            self.resetting = step.ended
+        else:
+            runner.revive(step.ended)
+        return step.env.obs
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"resetting": self.resetting}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.resetting = state["resetting"].to(self.resetting.device)
+
+
+def _per_member(group_seeds: list[int], group_size: int) -> list[int]:
+    return [s for s in group_seeds for _ in range(group_size)]
+
+
+class EpisodeRollout:
+    """Every member plays one episode, at most `horizon` steps, from a fresh group reset."""
+
+    def __init__(self, env: EnvIO, buffer: RolloutBuffer, head: ActionHead, group_size: int):
+        self.env, self.buffer, self.head, self.group_size = env, buffer, head, group_size
+        self.runner = EpisodeRunner(env)
+
+    @torch.inference_mode()
+    def collect(
+        self,
+        sample: SampleFn,
+        generator: torch.Generator,
+        group_seeds: list[int],
+        horizon: int,
+    ) -> Rollout:
+        recorder = Recorder(self.buffer, self.head, sample, generator)
+        self.runner.stats.reset()
+        obs = self.env.reset_groups(group_seeds, self.group_size)
+        play_until_ended(self.runner, obs, recorder.act, horizon, on_step=recorder.record)
+        return _rollout(self.buffer, self.runner, horizon)

@@ -1,22 +1,23 @@
-"""`GRPOTrainer`: rollout groups, compute group-relative advantages, optimise, repeat.
+"""`GRPOTrainer`: play groups, compare each step with the group, optimise, repeat.
 
-Read `update()` top to bottom for the algorithm; everything else is bookkeeping: metrics
-(one host copy per update), checkpoints, and a clean stop on SIGINT/SIGTERM.
+Read `update()` top to bottom for the algorithm. The pieces it calls each live in one
+module: rollouts (`rollout.py`), advantages (`advantages.py`), the loss (`objective.py`),
+what ranks share (`collective.py`) and the metrics (`metrics.py`). The loop around updates,
+with checkpoints, signals and logging, is `harness.py`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
+import functools
 import json
 import logging
 import math
-import signal
-import threading
 import time
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import torch
@@ -25,24 +26,42 @@ from grpo_trainer import checkpoint, distributed
 from grpo_trainer.accel import (
     Compiled,
     autocast,
-    check_amp,
+    compile_mode,
     make_optimizer,
+    resolve_amp,
     resolve_device,
     should_compile,
 )
+from grpo_trainer.advantages import Advantages, episode_returns, group_relative, windowed_returns
 from grpo_trainer.config import GRPOConfig
 from grpo_trainer.env_io import EnvIO
-from grpo_trainer.metrics import MetricsWriter, memory_stats, to_host
-from grpo_trainer.objective import LossTerms, group_advantages, grpo_loss
+from grpo_trainer.episodes import EpisodeStats, summarise
+from grpo_trainer.harness import Harness
+from grpo_trainer.metrics import memory_stats, spec, to_host
+from grpo_trainer.objective import LossTerms, grpo_loss
 from grpo_trainer.policy import Policy
-from grpo_trainer.progress import ProgressDisplay
-from grpo_trainer.rollout import RolloutBuffer, collect
+from grpo_trainer.rollout import (
+    EpisodeRollout,
+    GroupRestarts,
+    IndependentRestarts,
+    Rollout,
+    RolloutBuffer,
+    WindowedRollout,
+)
+from grpo_trainer.schedules import lr_factor
 
 log = logging.getLogger(__name__)
 
+SEED_STRIDE = 1_000_000_007  # run seeds this far apart never share a group's seed
+MIN_HORIZON = 16  # episodes mode: the shortest adapted horizon, and its rounding step
+HORIZON_SLACK = (1.25, 8)  # episodes mode: next horizon = longest episode * 1.25 + 8
 
-class TrainingStopped(RuntimeError):
-    """Training could not go on (e.g. too many non-finite updates in a row)."""
+
+class UpdateResult(NamedTuple):
+    """What one update reports, on the host."""
+
+    metrics: dict[str, float]
+    stop: bool  # some rank was asked to stop (SIGINT/SIGTERM): every rank stops after this
 
 
 def storage_dtype(space: gym.Space, choice: str) -> torch.dtype:
@@ -64,42 +83,28 @@ def storage_dtype(space: gym.Space, choice: str) -> torch.dtype:
     return torch.float16 if bounded else torch.float32
 
 
-def lr_factor(progress: float, schedule: str, warmup: float) -> float:
-    """Learning-rate multiplier at `progress` in [0, 1] of the env-step budget."""
-    if warmup > 0 and progress < warmup:
-        return max(progress / warmup, 1e-3)
-    rest = min(max((progress - warmup) / max(1.0 - warmup, 1e-8), 0.0), 1.0)
-    if schedule == "linear":
-        return max(1.0 - rest, 0.02)
-    if schedule == "cosine":
-        return max(0.5 * (1.0 + math.cos(math.pi * rest)), 0.02)
-    return 1.0
-
-
 class GRPOTrainer:
     """GRPO on any Gymnasium vector env with `num_groups * group_size` sub-envs."""
 
     def __init__(self, envs: gym.vector.VectorEnv, config: GRPOConfig | None = None) -> None:
         self.config = cfg = config or GRPOConfig()
         run = cfg.run
+        self.collective = distributed.collective()
         self.device = distributed.rank_device(resolve_device(run.device))
-        check_amp(run.amp, self.device)
+        self.amp = resolve_amp(run.amp, self.device)
         self.env = EnvIO(envs, self.device)
         if self.env.num_envs != cfg.num_envs:
             raise ValueError(
                 f"the env has {self.env.num_envs} sub-envs but num_groups x group_size = "
                 f"{cfg.num_groups} x {cfg.group_size} = {cfg.num_envs}"
             )
-        self.max_horizon = cfg.max_episode_steps or self.env.max_episode_steps()
-        if self.max_horizon is None:
-            raise ValueError(
-                "max_episode_steps is not set and the env's spec has no limit; set it in the config"
-            )
-        self.rank, self.world_size = distributed.rank_and_world()
-
         torch.manual_seed(run.seed)
         self.policy = Policy(
-            self.env.observation_space, self.env.action_space, cfg.hidden_sizes, cfg.activation
+            self.env.observation_space,
+            self.env.action_space,
+            cfg.hidden_sizes,
+            cfg.activation,
+            cfg.cnn_channels,
         ).to(self.device)
         self.reference = (
             copy.deepcopy(self.policy).requires_grad_(False) if cfg.kl_coef > 0 else None
@@ -107,157 +112,150 @@ class GRPOTrainer:
         self.optimizer, self.fused = make_optimizer(
             self.policy.parameters(), cfg.lr, cfg.weight_decay, run.fused_optimizer
         )
-        self.scaler = torch.amp.GradScaler("cuda") if run.amp == "fp16" else None
-        # The update's forward goes through DDP (gradients averaged); the rollout does not.
-        self._log_prob_entropy = (
-            distributed.data_parallel(self.policy)
-            if self.world_size > 1
-            else self.policy.log_prob_entropy
-        )
-        compile_on = should_compile(run.compile, self.device)
-        self._sample = Compiled(self._sample_eager, compile_on, "policy sampling")
-        self._loss = Compiled(self._loss_eager, compile_on, "loss")
-
-        obs_shape = tuple(self.env.observation_space.shape or ())
-        self.buffer = RolloutBuffer(
-            self.max_horizon,
-            cfg.num_envs,
-            obs_shape,
-            storage_dtype(self.env.observation_space, cfg.obs_storage),
-            self.policy.head,
-            self.device,
-        )
+        self.scaler = torch.amp.GradScaler("cuda") if self.amp == "fp16" else None
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(run.seed)
+        self._make_rollout()
+        # The hot functions, compiled where it pays (accel.should_compile): sampling one
+        # action per sub-env, and one minibatch's loss (the update's forward goes through
+        # DDP in a distributed run, so that gradients are averaged; the rollout's does not).
+        on = should_compile(run.compile, self.device, cfg.minibatch_size)
+        mode = compile_mode(run.compile_mode, self.device)
+        self.sample = Compiled(self._sample, on, "policy sampling", mode)
+        self.loss = Compiled(
+            functools.partial(self._loss, self.collective.data_parallel(self.policy)),
+            on,
+            "loss",
+            mode,
+        )
         self.update_index = 0
         self.env_steps = 0
-        self.horizon = self.max_horizon
+        self.train_s = 0.0
         self.best_return = -math.inf
-        self.run_dir = Path(run.run_dir) if run.run_dir else None
-        self._stop_signal: str | None = None
-        self._checkpoint_due = False  # a periodic checkpoint waits for a clean update
-        self._last_checkpoint: Path | None = None
-        self._pending_signal: str | None = None  # distributed: acted on once all ranks agree
         if run.resume:
             self.load(run.resume)
+
+    def _make_rollout(self) -> None:
+        cfg, env = self.config, self.env
+        obs_shape = tuple(env.observation_space.shape or ())
+        obs_dtype = storage_dtype(env.observation_space, cfg.obs_storage)
+        head = self.policy.head
+        if cfg.rollout == "episodes":
+            self.max_horizon = cfg.max_episode_steps or env.max_episode_steps()
+            if self.max_horizon is None:
+                raise ValueError(
+                    "rollout='episodes' plays whole episodes: max_episode_steps is not set and "
+                    "the env declares no limit; set it in the config"
+                )
+            self.horizon = self.max_horizon
+            buffer = RolloutBuffer(
+                self.max_horizon, 0, cfg.num_envs, obs_shape, obs_dtype, head, self.device
+            )
+            self.rollout: WindowedRollout | EpisodeRollout = EpisodeRollout(
+                env, buffer, head, cfg.group_size
+            )
+            return
+        self.horizon = cfg.rollout_steps
+        buffer = RolloutBuffer(
+            cfg.rollout_steps, cfg.window - 1, cfg.num_envs, obs_shape, obs_dtype, head, self.device
+        )
+        if env.restarts == "independent":
+            if cfg.max_episode_steps is not None:
+                raise ValueError(
+                    f"max_episode_steps: {type(env.envs).__name__} restarts its sub-envs itself, "
+                    "so the trainer cannot end episodes early; leave max_episode_steps unset"
+                )
+            warnings.warn(
+                f"{type(env.envs).__name__} offers neither state snapshots nor masked seeded "
+                "resets: its sub-envs restart on their own, so group members are compared at "
+                "the same step but not in the same situation",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            restarts = IndependentRestarts(env, cfg.group_size, self._group_seeds)
+        else:
+            if cfg.branch_every and env.restarts != "snapshot":
+                raise ValueError(
+                    f"branch_every: branching needs state snapshots, which "
+                    f"{type(env.envs).__name__} does not offer (docs/env.md: the state protocol)"
+                )
+            restarts = GroupRestarts(
+                env,
+                cfg.group_size,
+                self._group_seeds,
+                self.generator,
+                every=cfg.restart_every,
+                branch_every=cfg.branch_every,
+            )
+        self.rollout = WindowedRollout(env, buffer, head, restarts, cfg.max_episode_steps)
+
+    @property
+    def buffer(self) -> RolloutBuffer:
+        return self.rollout.buffer
 
     # -- the algorithm -------------------------------------------------------------------------
 
     def update(self) -> dict[str, float]:
-        """One GRPO iteration: a rollout of every group, then epochs x minibatches of steps."""
-        cfg, horizon = self.config, self.horizon
-        if (
-            cfg.kl_coef > 0
-            and cfg.ref_update_every
-            and self.update_index % cfg.ref_update_every == 0
-        ):
-            self.reference.load_state_dict(self.policy.state_dict())  # type: ignore[union-attr]
-        progress = self.env_steps / cfg.total_env_steps
-        lr = cfg.lr * lr_factor(progress, cfg.lr_schedule, cfg.warmup_fraction)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        """One GRPO update: play, compare each step with its group, optimise. Returns the
+        update's metrics (one device-to-host copy)."""
+        return self.step().metrics
 
-        if self.world_size > 1:  # a resume on the same world size replays it exactly
-            self.generator.manual_seed(
-                distributed.rank_seed(cfg.run.seed, self.update_index, self.rank)
-            )
-        clock = _Clock(self.device)
-        obs = self.env.reset_groups(self._group_seeds(), cfg.group_size)
+    def step(self, should_stop: Callable[[], bool] = lambda: False) -> UpdateResult:
+        """`update()` with the stop agreement of a distributed run: `should_stop()`, asked as
+        the metrics are reduced, says whether this rank was signalled; the result says whether
+        any rank was, so that all stop after the same update."""
+        start = _Clock(self.device)
+        rollout = self.collect()
+        return self.learn(rollout, start, should_stop)
+
+    def collect(self) -> Rollout:
+        """Play: every sub-env takes `rollout_steps` steps (or plays one episode)."""
+        seed = self.collective.sampling_seed(self.config.run.seed, self.update_index)
+        if seed is not None:  # a distributed resume replays every rank's stream exactly
+            self.generator.manual_seed(seed)
         self.policy.eval()
-        stats = collect(
-            self.env, obs, self._sample, self.policy.head, self.buffer, horizon, self.generator
-        )
-        clock.lap("rollout")
-        valid = self.buffer.valid(horizon)
-        global_std = self.world_size > 1 and cfg.scale == "batch_std"  # over all ranks
-        adv = group_advantages(
-            self.buffer.rewards[:horizon],
-            valid,
-            cfg.group_size,
-            mode=cfg.advantage,
-            scale="none" if global_std else cfg.scale,
-            gamma=cfg.gamma,
-            zero_std_eps=cfg.zero_std_eps,
-        )
-        if global_std:
-            scaled = distributed.scale_by_global_std(adv.advantages, adv.weights)
-            adv = adv._replace(advantages=scaled)
-        self.policy.train()
-        losses = self._optimise(horizon, adv.advantages, adv.weights)
-        clock.lap("update")
+        if isinstance(self.rollout, EpisodeRollout):
+            seeds = self._group_seeds(self.update_index, self.config.num_groups)
+            return self.rollout.collect(self.sample, self.generator, seeds, self.horizon)
+        return self.rollout.collect(self.sample, self.generator)
 
-        lengths = self.buffer.lengths
-        grouped = adv.returns.unflatten(0, (-1, cfg.group_size))
-        device_metrics: dict[str, Any] = {
-            "valid_steps": lengths.sum(),
-            "return_mean": adv.returns.mean(),
-            "return_std": adv.returns.std(correction=0),
-            "return_min": adv.returns.min(),
-            "return_max": adv.returns.max(),
-            "group_return_std": grouped.std(-1, correction=0).mean(),
-            "frac_zero_std_groups": adv.zero_std_groups.float().mean(),
-            "length_mean": lengths.float().mean(),
-            "length_max": lengths.max(),
-            "frac_finished": stats.finished.float().mean(),
-            **losses,
-        }
-        for name, total in stats.info_sums.items():
-            count = stats.info_counts[name]
-            device_metrics[f"episode_{name}"] = total / count.clamp_min(1)
-            device_metrics[distributed.EPISODE_COUNT + name] = count  # rides the same copy
-        if self.world_size > 1:  # figures of the whole batch, the same on every rank
-            device_metrics = distributed.reduce_metrics(
-                device_metrics,
-                {f"episode_{name}": count for name, count in stats.info_counts.items()},
-                stop=self._pending_signal is not None,
-            )
-        m = to_host(device_metrics)  # the update's one device-to-host copy
-        for key in [k for k in m if k.startswith(distributed.EPISODE_COUNT)]:
-            if not m.pop(key):  # a mean over no episode is undefined: leave it out
-                m.pop("episode_" + key.removeprefix(distributed.EPISODE_COUNT), None)
-        if m.pop(distributed.STOP, 0.0):  # some rank was signalled: every rank stops here
-            self._stop_signal = self._pending_signal or "a signal to another rank"
-        durations = clock.durations()
-
-        self.update_index += 1
-        self.env_steps += int(m["valid_steps"])
-        self.horizon = self._next_horizon(int(m["length_max"]), m["frac_finished"])
-        m.update(
-            update=self.update_index,
-            env_steps=self.env_steps,
-            simulated_steps=horizon * cfg.num_envs * self.world_size,
-            horizon=horizon,
-            lr=lr,
-            rollout_s=durations["rollout"],
-            update_s=durations["update"],
-            steps_per_s=m["valid_steps"] / max(sum(durations.values()), 1e-9),
-            **memory_stats(self.device),
-        )
-        return m
-
-    def _optimise(
-        self, horizon: int, advantages: torch.Tensor, weights: torch.Tensor
-    ) -> dict[str, torch.Tensor]:
-        """Epochs of shuffled minibatches over every stored step; metrics stay on the device."""
+    def learn(
+        self,
+        rollout: Rollout,
+        start: _Clock | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> UpdateResult:
+        """Compare each step with its group, optimise the clipped surrogate, report."""
         cfg = self.config
-        obs = self.buffer.obs[:horizon].flatten(0, 1)
-        actions = self.buffer.actions[:horizon].flatten(0, 1)
-        old_logp = self.buffer.logp[:horizon].flatten()
-        advantages, weights = advantages.flatten(), weights.flatten()
-        # DDP averages gradients over ranks, so each rank divides by the global count over
-        # world_size: the step is that of one process on the concatenated batch.
-        valid = distributed.sum_over_ranks(weights.sum()) if self.world_size > 1 else weights.sum()
-        normaliser = valid.clamp_min(1.0) / (cfg.minibatches * self.world_size)
+        rolled = _Clock(self.device)
+        lr = self._follow_schedules()
+
+        # Compare: each step's return-to-go against its group's at the same step.
+        adv = self._advantages(rollout)
+
+        # Optimise: epochs of shuffled minibatches of `minibatch_size` samples. Rows that
+        # waited for their look-ahead were played by an earlier policy: they are re-scored,
+        # so that the clipped ratio measures this update's step, as for fresh rows.
+        self.policy.train()
+        obs, actions = rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1)
+        old_logp = self._behaviour_logp(rollout).flatten()
+        advantages, weights = adv.advantages.flatten(), adv.weights.flatten()
+        samples = obs.shape[0]
+        minibatches = max(1, -(-samples // cfg.minibatch_size))
+        # Every sample weighs the same whatever minibatch it falls in; DDP averages
+        # gradients over ranks, so the step is that of one process on the whole batch.
+        normaliser = self.collective.sum(weights.sum()).clamp_min(1.0) / (
+            minibatches * self.collective.world_size
+        )
         totals = torch.zeros(len(LossTerms._fields) + 2, device=self.device)
-        steps = cfg.epochs * cfg.minibatches
         for _ in range(cfg.epochs):
-            order = torch.randperm(obs.shape[0], generator=self.generator, device=self.device)
-            for minibatch in order.tensor_split(cfg.minibatches):
+            order = torch.randperm(samples, generator=self.generator, device=self.device)
+            for minibatch in order.tensor_split(minibatches):
                 self.optimizer.zero_grad(set_to_none=True)
                 terms = torch.zeros(len(LossTerms._fields), device=self.device)
                 for idx in minibatch.tensor_split(cfg.micro_batches):
                     # index_select, not x[idx]: the same rows, 3x faster on the CPU
-                    out = self._loss(
+                    out = self.loss(
                         obs.index_select(0, idx),
                         actions.index_select(0, idx),
                         old_logp.index_select(0, idx),
@@ -267,17 +265,90 @@ class GRPOTrainer:
                     )
                     self._backward(out.loss)
                     terms += torch.stack([t.detach().float() for t in out])
-                grad_norm, finite = self._step(terms[0])
+                grad_norm, finite = self._apply_gradients(terms[0])
                 totals += torch.cat((terms, grad_norm[None], (~finite).float()[None]))
-        names = [*LossTerms._fields, "grad_norm", "skipped_steps"]
-        means = totals / steps
-        means[-1] = totals[-1]  # skipped steps: a count, not a mean
-        return dict(zip(names, means.unbind(), strict=True))
+        done = _Clock(self.device)
+
+        # Report: metrics of the whole batch, in one host copy.
+        losses = dict(zip([*LossTerms._fields, "grad_norm"], totals / (cfg.epochs * minibatches)))
+        losses["skipped_steps"] = totals[-1]  # a count, not a mean
+        result = self._report(rollout, adv, losses, should_stop())
+        self._count(result.metrics, lr, rolled - (start or rolled), done - rolled)
+        return result
+
+    def _behaviour_logp(self, rollout: Rollout) -> torch.Tensor:
+        """Stored log-probs, with the rows an earlier policy played re-scored by this one."""
+        stale = rollout.stale
+        if not stale:
+            return rollout.logp
+        with torch.no_grad(), autocast(self.amp, self.device):
+            obs, actions = rollout.obs[:stale].flatten(0, 1), rollout.actions[:stale].flatten(0, 1)
+            rescored, _ = self.policy.log_prob_entropy(obs, actions)
+        return torch.cat((rescored.float().view(stale, -1), rollout.logp[stale:]))
+
+    def _count(
+        self, metrics: dict[str, float], lr: float, rollout_s: float, update_s: float
+    ) -> None:
+        """Advance the counters and add the host's figures to the metrics."""
+        cfg = self.config
+        self.update_index += 1
+        played = self.horizon if cfg.rollout == "episodes" else cfg.rollout_steps
+        self.env_steps += played * cfg.num_envs * self.collective.world_size
+        self.train_s += rollout_s + update_s
+        if cfg.rollout == "episodes":
+            metrics["horizon"] = self.horizon
+            self.horizon = self._next_horizon(metrics)
+        metrics.update(
+            update=self.update_index,
+            env_steps=self.env_steps,
+            lr=lr,
+            rollout_s=rollout_s,
+            update_s=update_s,
+            steps_per_s=played * cfg.num_envs / max(rollout_s + update_s, 1e-9),
+            train_s=self.train_s,
+            **memory_stats(self.device),
+        )
+
+    def _follow_schedules(self) -> float:
+        """Set this update's learning rate; refresh the KL reference when due."""
+        cfg = self.config
+        if self.reference is not None and cfg.ref_update_every:
+            if self.update_index % cfg.ref_update_every == 0:
+                self.reference.load_state_dict(self.policy.state_dict())
+        lr = cfg.lr * lr_factor(
+            self.env_steps / cfg.total_env_steps, cfg.lr_schedule, cfg.warmup_fraction
+        )
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def _advantages(self, rollout: Rollout) -> Advantages:
+        cfg = self.config
+        ready = rollout.obs.shape[0]
+        trained = rollout.valid[:ready]
+        if cfg.advantage == "outcome":
+            returns = episode_returns(rollout.rewards, rollout.valid).expand_as(trained)
+            compare = torch.ones_like(trained)
+        else:
+            window = cfg.window if cfg.rollout == "windowed" else rollout.rewards.shape[0]
+            returns = windowed_returns(
+                rollout.rewards, rollout.cut, rows=ready, window=window, gamma=cfg.gamma
+            )
+            compare = trained
+        return group_relative(
+            returns,
+            compare,
+            trained,
+            cfg.group_size,
+            scale=cfg.scale,
+            zero_std_eps=cfg.zero_std_eps,
+            sum_over_ranks=self.collective.sum,
+        )
 
     def _backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler else loss).backward()
 
-    def _step(self, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _apply_gradients(self, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Clip and apply gradients; a non-finite loss or gradient skips the step.
 
         With the fused optimizer the skip happens on the device (its `found_inf` input, the
@@ -287,8 +358,9 @@ class GRPOTrainer:
             self.scaler.unscale_(self.optimizer)
         params = [p for p in self.policy.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
+        # Across ranks only the all-reduced gradient is a shared verdict; the local loss is not.
         finite = torch.isfinite(grad_norm)
-        if self.world_size == 1:  # across ranks only the all-reduced gradient is a shared verdict
+        if self.collective.world_size == 1:
             finite = finite & torch.isfinite(loss)
         if self.scaler:
             self.scaler.step(self.optimizer)
@@ -301,14 +373,13 @@ class GRPOTrainer:
             self.optimizer.step()
         return torch.nan_to_num(grad_norm, nan=0.0, posinf=0.0), finite
 
-    def _sample_eager(
-        self, obs: torch.Tensor, noise: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        with autocast(self.config.run.amp, self.device):
+    def _sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with autocast(self.amp, self.device):
             return self.policy.sample(obs, noise)
 
-    def _loss_eager(
+    def _loss(
         self,
+        log_prob_entropy: Any,
         obs: torch.Tensor,
         actions: torch.Tensor,
         old_logp: torch.Tensor,
@@ -317,8 +388,8 @@ class GRPOTrainer:
         normaliser: torch.Tensor,
     ) -> LossTerms:
         cfg = self.config
-        with autocast(cfg.run.amp, self.device):
-            logp, entropy = self._log_prob_entropy(obs, actions)
+        with autocast(self.amp, self.device):
+            logp, entropy = log_prob_entropy(obs, actions)
             ref_logp = None
             if self.reference is not None:
                 with torch.no_grad():
@@ -337,17 +408,69 @@ class GRPOTrainer:
             entropy_coef=cfg.entropy_coef,
         )
 
-    def _group_seeds(self) -> list[int]:
-        """Distinct per update and per rank, identical within a group."""
-        n = self.config.num_groups
-        first = (self.update_index * self.world_size + self.rank) * n
-        return [self.config.run.seed * 1_000_000_007 + first + g for g in range(n)]
+    def _report(
+        self,
+        rollout: Rollout,
+        adv: Advantages,
+        losses: dict[str, torch.Tensor],
+        stop_requested: bool,
+    ) -> UpdateResult:
+        """The update's metrics over all ranks, copied to the host once.
 
-    def _next_horizon(self, longest: int, frac_finished: float) -> int:
-        """Shorten the rollout when every episode ended early; grow it when some were cut."""
-        if frac_finished < 1.0:
+        Episode figures are reduced as sums and only then turned into means, so they are
+        those of the whole batch; an update in which no episode ended reports none.
+        """
+        episodes = dict(rollout.episodes)
+        for name in self.collective.agree_names(list(episodes)):  # fields some rank lacks
+            episodes.setdefault(name, torch.zeros((), dtype=torch.float64, device=self.device))
+        counts = {
+            "valid_steps": rollout.valid[: rollout.obs.shape[0]].sum(),
+            "zero_spread": adv.zero_spread.sum(),
+            "compared": adv.compared.sum(),
+        }
+        stop = torch.full((), float(stop_requested), device=self.device)
+        raw = {**episodes, **counts, "length_max": rollout.length_max, **losses, "stop": stop}
+        kinds = {
+            **{name: EpisodeStats.REDUCE.get(name, "sum") for name in episodes},
+            **dict.fromkeys(counts, "sum"),
+            "length_max": "max",
+            **{name: spec(name).reduce for name in losses},
+            "stop": "max",
+        }
+        reduced = self.collective.reduce(raw, kinds)
+        metrics = {
+            **summarise(reduced, self.env.episode_ratios),
+            **{name: reduced[name] for name in ("episodes", "return_min", "return_max")},
+            "valid_steps": reduced["valid_steps"],
+            "frac_zero_std_groups": reduced["zero_spread"] / reduced["compared"].clamp_min(1),
+            "length_max": reduced["length_max"],
+            **{name: reduced[name] for name in losses},
+            "stop": reduced["stop"],
+        }
+        host = to_host(metrics)  # the update's one device-to-host copy
+        stop_agreed = bool(host.pop("stop"))
+        if not host["episodes"]:  # a mean over no episode is undefined: leave it out
+            for name in per_episode_metrics(host, self.env.episode_ratios):
+                del host[name]
+        return UpdateResult(host, stop_agreed)
+
+    def _group_seeds(self, point: int, num_groups: int) -> list[int]:
+        """Distinct for every start point and rank, identical within a group."""
+        first = (point * self.collective.world_size + self.collective.rank) * num_groups
+        return [self.config.run.seed * SEED_STRIDE + first + g for g in range(num_groups)]
+
+    def _next_horizon(self, metrics: dict[str, float]) -> int:
+        """Episodes mode: shorten the rollout when every episode ended early; grow it when
+        some were cut."""
+        finished = metrics.get("episodes", 0.0) / (
+            self.config.num_envs * self.collective.world_size
+        )
+        if finished < 1.0:
             return min(self.max_horizon, self.horizon * 2)
-        return min(self.max_horizon, max(16, -(-int(longest * 1.25 + 8) // 16) * 16))
+        scale, slack = HORIZON_SLACK
+        longest = int(metrics.get("length_max", self.horizon))
+        rounded = -(-int(longest * scale + slack) // MIN_HORIZON) * MIN_HORIZON
+        return min(self.max_horizon, max(MIN_HORIZON, rounded))
 
     # -- the run -------------------------------------------------------------------------------
 
@@ -356,134 +479,24 @@ class GRPOTrainer:
 
         SIGINT/SIGTERM finish the current update, write a checkpoint and return.
         """
-        cfg, run = self.config, self.config.run
-        is_main = self.rank == 0
-        if self.run_dir and is_main:
-            self._prepare_run_dir()
-        writer = MetricsWriter(self.run_dir if is_main else None, run.tensorboard and is_main)
-        display = ProgressDisplay(cfg.total_env_steps, enabled=run.progress and is_main)
-        metrics: dict[str, float] = {}
-        first_update_s: float | None = None
-        consecutive_skips = 0
-        try:
-            with self._signals(), display:
-                display.advance(self.env_steps, {})
-                while self.env_steps < cfg.total_env_steps and self._stop_signal is None:
-                    metrics = self.update()
-                    if first_update_s is None:
-                        first_update_s = metrics["rollout_s"] + metrics["update_s"]
-                    metrics["warmup_s"] = first_update_s
-                    writer.write(metrics)
-                    display.advance(self.env_steps, metrics)
-                    clean = not metrics["skipped_steps"]
-                    consecutive_skips = 0 if clean else consecutive_skips + 1
-                    if not clean:
-                        log.warning(
-                            "update %d: %d optimiser step(s) skipped for a non-finite loss or "
-                            "gradient (%d update(s) in a row; training stops at %d)",
-                            self.update_index,
-                            int(metrics["skipped_steps"]),
-                            consecutive_skips,
-                            run.max_consecutive_skips,
-                        )
-                    if consecutive_skips >= run.max_consecutive_skips:
-                        raise TrainingStopped(
-                            f"{consecutive_skips} updates in a row had a non-finite loss or "
-                            f"gradient; stopping. Last good checkpoint: {self._last_checkpoint}"
-                        )
-                    self._after_update(metrics, clean)
-            if self._stop_signal is None or self.update_index > 0:
-                self._checkpoint(metrics)
-        finally:
-            writer.close()
-        if self._stop_signal and is_main:
-            log.warning("stopped by %s after update %d; %s", *self._resume_hint())
-        if is_main:
-            display.summary(metrics)
-            if self.run_dir:
-                _learning_curve(self.run_dir)
-        return metrics
+        self._harness = Harness(self)
+        return self._harness.run()
 
     @property
     def stop_signal(self) -> str | None:
         """The signal that ended the last `train()` early (after its final checkpoint), or None."""
-        return self._stop_signal
-
-    def _resume_hint(self) -> tuple[str, int, str]:
-        """What stopped the run, where, and the command that continues it."""
-        if not self.run_dir:
-            hint = "nothing was saved (no run_dir)"
-        else:
-            hint = (
-                f"saved {self._last_checkpoint}; resume with: python -m grpo_trainer train "
-                f"--config {self.run_dir / 'config.json'} --resume {self.run_dir}"
-            )
-        return str(self._stop_signal), self.update_index, hint
-
-    def _after_update(self, metrics: dict[str, float], clean: bool = True) -> None:
-        """Periodic checkpoints are written only after a clean update (no skipped step): one
-        due during a run of skipped updates waits, so the newest checkpoint is always good."""
-        if metrics["return_mean"] > self.best_return:  # first, so checkpoints below record it
-            self.best_return = metrics["return_mean"]
-            if self.run_dir and self.rank == 0:
-                checkpoint.atomic_save(self.state_dict(), self.run_dir / "checkpoints" / "best.pt")
-        every = self.config.run.checkpoint_every
-        if every and self.update_index % every == 0:
-            self._checkpoint_due = True
-        if self._checkpoint_due and clean:
-            self._checkpoint(metrics)
-
-    def _checkpoint(self, metrics: dict[str, float]) -> None:
-        self._checkpoint_due = False
-        if self.run_dir and self.rank == 0:
-            self._last_checkpoint = checkpoint.save_rotating(
-                self.state_dict(),
-                self.run_dir / "checkpoints",
-                self.update_index,
-                self.config.run.keep_checkpoints,
-            )
-
-    def _prepare_run_dir(self) -> None:
-        assert self.run_dir is not None
-        try:
-            checkpoint.prepare_folder(self.run_dir / "checkpoints")
-            config_path = self.run_dir / "config.json"
-            checkpoint_tmp = config_path.with_suffix(".json.tmp")
-            checkpoint_tmp.write_text(json.dumps(self.config.to_dict(), indent=2))
-            checkpoint_tmp.replace(config_path)
-        except OSError as err:
-            raise OSError(f"run directory {self.run_dir} is not writable: {err}") from err
-
-    @contextlib.contextmanager
-    def _signals(self) -> Iterator[None]:
-        """Turn SIGINT/SIGTERM into a request to stop after the current update."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def request_stop(signum: int, _frame: Any) -> None:
-            name = signal.Signals(signum).name
-            if self._stop_signal or self._pending_signal:  # asked twice: the user means now
-                raise KeyboardInterrupt(f"second {name}: aborted without a final checkpoint")
-            log.warning(
-                "%s: stopping after the current update with a checkpoint (again: abort now)", name
-            )
-            if self.world_size > 1:  # ranks must agree on the last update: see update()
-                self._pending_signal = signal.Signals(signum).name
-            else:
-                self._stop_signal = signal.Signals(signum).name
-
-        previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+        harness = getattr(self, "_harness", None)
+        return harness.stop_signal if harness else None
 
     # -- persistence ---------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue exactly: weights, optimiser, RNG, counters, config."""
+        """Everything needed to continue exactly: weights, optimiser, RNG, counters, config,
+        and a windowed rollout's episodes in play."""
+        # Each rank plays its own episodes: the checkpoint holds every rank's (rank 0 writes it).
+        rollout_state = self.collective.gather(
+            self.rollout.state_dict() if isinstance(self.rollout, WindowedRollout) else {}
+        )
         return {
             "format_version": checkpoint.FORMAT_VERSION,
             "config": json.loads(json.dumps(self.config.to_dict())),
@@ -495,8 +508,10 @@ class GRPOTrainer:
             "generator": self.generator.get_state(),
             "update_index": self.update_index,
             "env_steps": self.env_steps,
+            "train_s": self.train_s,
             "horizon": self.horizon,
             "best_return": self.best_return,
+            "rollouts": rollout_state,
         }
 
     def load(self, path: str | Path) -> Path:
@@ -526,12 +541,35 @@ class GRPOTrainer:
         self.generator.set_state(payload["generator"])
         self.update_index = int(payload["update_index"])
         self.env_steps = int(payload["env_steps"])
-        self.horizon = min(int(payload["horizon"]), self.max_horizon)
+        self.train_s = float(payload.get("train_s", 0.0))
         self.best_return = float(payload["best_return"])
+        if isinstance(self.rollout, EpisodeRollout):
+            self.horizon = min(int(payload["horizon"]), self.max_horizon)
+        else:
+            self._load_rollout(payload, found)
         log.info(
             "resumed from %s at update %d (%d env steps)", found, self.update_index, self.env_steps
         )
         return found
+
+    def _load_rollout(self, payload: dict[str, Any], found: Path) -> None:
+        """The episodes in play continue where they were, when the checkpoint has this rank's
+        (same rollout settings and world size); otherwise every sub-env starts a new one."""
+        states = payload.get("rollouts") or []
+        saved = payload["config"]
+        same = all(
+            saved.get(k) == getattr(self.config, k)
+            for k in ("rollout", "rollout_steps", "window", "num_groups", "group_size")
+        )
+        if same and len(states) == self.collective.world_size:
+            self.rollout.load_state_dict(states[self.collective.rank])
+            return
+        warnings.warn(
+            f"checkpoint {found} was written with other rollout settings or another number of "
+            "ranks: every sub-env starts a new episode (not an exact continuation)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     def _space_signature(self) -> dict[str, str]:
         return {
@@ -540,49 +578,25 @@ class GRPOTrainer:
         }
 
 
+def per_episode_metrics(metrics: dict[str, float], ratios: dict[str, Any]) -> list[str]:
+    """The metrics that are means or extremes over the update's ended episodes."""
+    fixed = ("return_mean", "return_std", "return_min", "return_max", "length_mean")
+    return [n for n in metrics if n in fixed or n.startswith("episode_") or n in ratios]
+
+
 class _Clock:
-    """Wall time of consecutive phases; on CUDA, events avoid syncing between phases."""
+    """Marks in time; on CUDA, events that are read after the update's host copy, so timing
+    adds no sync of its own."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
-        self.marks: list[tuple[str, Any]] = [("start", self._now())]
-
-    def _now(self) -> Any:
         if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
+            self.mark: Any = torch.cuda.Event(enable_timing=True)
+            self.mark.record()
+        else:
+            self.mark = time.perf_counter()
 
-    def lap(self, name: str) -> None:
-        self.marks.append((name, self._now()))
-
-    def durations(self) -> dict[str, float]:
-        out = {}
-        for (_, a), (name, b) in zip(self.marks, self.marks[1:], strict=False):
-            out[name] = a.elapsed_time(b) / 1000.0 if self.cuda else b - a
-        return out
-
-
-def _learning_curve(run_dir: Path) -> None:
-    """`learning_curve.png` from metrics.jsonl, when matplotlib is installed."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    rows = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        with contextlib.suppress(json.JSONDecodeError):  # a line torn by a kill -9
-            rows.append(json.loads(line))
-    if not rows:
-        return
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot([r["env_steps"] for r in rows], [r["return_mean"] for r in rows])
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("mean episode return")
-    fig.tight_layout()
-    fig.savefig(run_dir / "learning_curve.png", dpi=100)
-    plt.close(fig)
+    def __sub__(self, earlier: _Clock) -> float:
+        if self.cuda:
+            return earlier.mark.elapsed_time(self.mark) / 1000.0
+        return self.mark - earlier.mark

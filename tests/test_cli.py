@@ -31,9 +31,10 @@ SUBPROCESS_ENV = {
     "OMP_NUM_THREADS": "1",
 }
 TRAIN_STEPS = 3000
-# Default FruitCatcher games last at most 200 steps: 2 groups x 2 members play at most
-# 4 x 200 = 800 valid steps per update (fewer when a game reaches -30 first).
-MAX_STEPS_PER_UPDATE = 4 * 200
+# 2 groups x 2 members take 100 steps per update in games of 40 steps: every update sees
+# games end (and restart, within restart_every = 8 steps).
+STEPS_PER_UPDATE = 4 * 100
+GAME_STEPS = 40
 
 
 @contextlib.contextmanager
@@ -82,6 +83,12 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "cpu",
         "--hidden-sizes",
         "16",
+        "--rollout-steps",
+        "100",
+        "--window",
+        "8",
+        "--env-kwargs",
+        json.dumps({"max_episode_steps": GAME_STEPS}),
         "--no-progress",
     ]
     with _single_thread():
@@ -206,21 +213,18 @@ def test_train_writes_config_metrics_and_checkpoints(trained_run: Path) -> None:
     assert config.run.run_dir == str(trained_run)
 
     rows = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()]
-    # ceil(3000 / 800) = 4 updates at least; training stops at the first row past 3000 steps.
-    assert len(rows) >= 4
-    assert [r["update"] for r in rows] == list(range(1, len(rows) + 1))
+    # ceil(3000 / 400) = 8 updates; training stops at the first row past 3000 steps.
+    assert [r["update"] for r in rows] == list(range(1, 9))
     assert rows[-2]["env_steps"] < TRAIN_STEPS <= rows[-1]["env_steps"]
-    total = 0
-    for row in rows:  # env_steps counts valid (in-episode) steps, cumulatively
-        assert 0 < row["valid_steps"] <= MAX_STEPS_PER_UPDATE
-        total += row["valid_steps"]
-        assert row["env_steps"] == total
+    for row in rows:  # env_steps counts every sub-env step simulated, cumulatively
+        assert row["env_steps"] == row["update"] * STEPS_PER_UPDATE
+        assert 0 < row["valid_steps"] <= STEPS_PER_UPDATE
     documented = {
         "env_steps",
         "steps_per_s",
         "return_mean",
         "return_std",
-        "group_return_std",
+        "catch_rate",
         "frac_zero_std_groups",
         "loss",
         "policy_loss",
@@ -234,8 +238,7 @@ def test_train_writes_config_metrics_and_checkpoints(trained_run: Path) -> None:
         assert documented <= set(row), documented - set(row)
         assert any(k.startswith("mem_") for k in row)  # memory figures
         assert row["steps_per_s"] > 0
-        # Every 200-step game ended (truncated) within the horizon; a FruitCatcher score is
-        # caught minus missed.
+        # A FruitCatcher score is caught minus missed.
         assert row["episode_caught"] - row["episode_missed"] == pytest.approx(row["return_mean"])
 
     folder = trained_run / "checkpoints"
@@ -256,7 +259,7 @@ def test_eval_prints_json(trained_run: Path, capsys: pytest.CaptureFixture[str])
     assert result["episodes"] == 8.0 and result["greedy"] == 1.0
     assert {"return_mean", "return_std", "length_mean"} <= set(result)
     assert {"episode_caught", "episode_missed"} <= set(result)
-    assert result["length_mean"] == 200.0  # default games run to the 200-step limit
+    assert result["length_mean"] == GAME_STEPS  # games run to their limit
     assert result["episode_caught"] - result["episode_missed"] == pytest.approx(
         result["return_mean"]
     )

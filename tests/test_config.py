@@ -20,7 +20,13 @@ BAD_GRPO_FIELDS: list[tuple[str, Any]] = [
     ("total_env_steps", 0),
     ("max_episode_steps", 0),
     ("epochs", 0),
-    ("minibatches", 0),
+    ("minibatch_size", 0),
+    ("rollout_steps", 0),
+    ("window", 0),
+    ("restart_every", 0),
+    ("branch_every", -1),
+    ("rollout", "bogus"),
+    ("cnn_channels", ()),
     ("micro_batches", 0),
     ("ref_update_every", -1),
     ("advantage", "bogus"),
@@ -112,6 +118,7 @@ def test_dict_round_trip_through_json() -> None:
         num_groups=3,
         hidden_sizes=(16, 8),
         advantage="outcome",
+        rollout="episodes",
         run=RunConfig(seed=7, amp="bf16", env_kwargs={"width": 10}, compile=False),
     )
     data = json.loads(json.dumps(cfg.to_dict()))
@@ -147,3 +154,20 @@ def test_every_field_has_a_default_that_validates() -> None:
     names = {f.name for f in dataclasses.fields(GRPOConfig)}
     assert set(cfg.to_dict()) == names
     assert set(cfg.to_dict()["run"]) == {f.name for f in dataclasses.fields(RunConfig)}
+
+
+def test_outcome_advantages_need_whole_episodes() -> None:
+    """A windowed rollout has no whole-episode return to compare: the config says so."""
+    with pytest.raises(ValueError, match="rollout='episodes'"):
+        GRPOConfig(advantage="outcome")
+    assert GRPOConfig(advantage="outcome", rollout="episodes").advantage == "outcome"
+
+
+def test_every_field_has_a_one_line_description() -> None:
+    """The descriptions feed --help, docs/trainer.md and config.json."""
+    from grpo_trainer.config import describe
+
+    for cls in (GRPOConfig, RunConfig):
+        for field in dataclasses.fields(cls):
+            text = describe(cls, field.name)
+            assert text and "\n" not in text, field.name

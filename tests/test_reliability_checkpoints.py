@@ -59,10 +59,11 @@ def make_trainer(run_dir: Path | None = None, env_kwargs: dict | None = None, **
     config = GRPOConfig(
         num_groups=2,
         group_size=2,
-        max_episode_steps=STEPS,
+        rollout_steps=STEPS,
+        window=2,
         total_env_steps=10 * 4 * STEPS,
         epochs=1,
-        minibatches=1,
+        minibatch_size=1 << 20,
         hidden_sizes=cfg.pop("hidden_sizes", (8,)),
         **cfg,
         run=RunConfig(**run),
@@ -142,7 +143,9 @@ def test_missing_digest_and_old_format_are_refused(tmp_path: Path) -> None:
         checkpoint.load(no_digest)
     old = tmp_path / "old.pt"
     torch.save({**payload(0), "format_version": 1}, old)
-    with pytest.raises(CheckpointError, match="format version 1; this grpo_trainer reads"):
+    with pytest.raises(
+        CheckpointError, match="format version 1; this grpo_trainer resumes version"
+    ):
         checkpoint.load(old)
     other = tmp_path / "other.pt"
     torch.save({"state_dict": torch.zeros(2)}, other)
@@ -319,3 +322,26 @@ def test_resume_with_a_new_kl_reference_starts_it_from_the_checkpoint(tmp_path: 
         second.reference.state_dict().values(), first.policy.state_dict().values(), strict=True
     ):
         assert torch.equal(ref, pol)
+
+
+def test_eval_reads_an_older_format_but_resume_does_not(tmp_path: Path) -> None:
+    """A version-2 checkpoint (whole-episode rollouts, `minibatches`) still plays in eval;
+    resuming it is refused with the versions named."""
+    trainer = make_trainer(tmp_path / "run")
+    state = trainer.state_dict()
+    state["format_version"] = 2
+    state["config"] = {**state["config"], "minibatches": 8}
+    del state["config"]["minibatch_size"]
+    path = tmp_path / "v2.pt"
+    checkpoint.atomic_save(state, path)
+    with pytest.raises(checkpoint.CheckpointError, match="resumes version"):
+        checkpoint.load_for_resume(path)
+    from grpo_trainer.evaluation import load_policy
+
+    with pytest.warns(RuntimeWarning, match="minibatch_size"):
+        policy, config, _ = load_policy(path, torch.device("cpu"))
+    assert config.hidden_sizes == (8,)
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(policy.parameters(), trainer.policy.parameters(), strict=True)
+    )

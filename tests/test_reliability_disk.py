@@ -102,10 +102,11 @@ def make_trainer(run_dir: Path, updates: int = 5, every: int = 1) -> GRPOTrainer
     config = GRPOConfig(
         num_groups=2,
         group_size=2,
-        max_episode_steps=STEPS,
+        rollout_steps=STEPS,
+        window=2,
         total_env_steps=updates * 4 * STEPS,  # no episode ends early: `updates` updates
         epochs=1,
-        minibatches=1,
+        minibatch_size=1 << 20,
         hidden_sizes=(8,),
         run=RunConfig(
             device="cpu",

@@ -75,10 +75,11 @@ def make_trainer(
     config = GRPOConfig(
         num_groups=2,
         group_size=2,
+        rollout="episodes",
         max_episode_steps=LENGTH,
         total_env_steps=10_000,
         epochs=EPOCHS,
-        minibatches=MINIBATCHES,
+        minibatch_size=4 * LENGTH // MINIBATCHES,
         hidden_sizes=(8,),
         entropy_coef=0.0,
         run=RunConfig(
@@ -134,13 +135,13 @@ def test_nan_loss_with_finite_gradients_is_skipped(fused: bool) -> None:
     trainer = make_trainer(fused=fused)
     trainer.update()
     params, state = snapshot(trainer)
-    loss_fn = trainer._loss
+    loss_fn = trainer.loss
 
     def nan_loss(*args: torch.Tensor) -> Any:
         out = loss_fn(*args)
         return out._replace(loss=out.loss + math.nan)
 
-    trainer._loss = nan_loss  # type: ignore[method-assign]
+    trainer.loss = nan_loss  # type: ignore[method-assign]
     metrics = trainer.update()
     assert metrics["skipped_steps"] == EPOCHS * MINIBATCHES
     assert math.isfinite(metrics["grad_norm"]) and metrics["grad_norm"] > 0

@@ -37,10 +37,11 @@ def make_trainer(run_dir: Path, **run: Any) -> GRPOTrainer:
     config = GRPOConfig(
         num_groups=2,
         group_size=2,
-        max_episode_steps=STEPS,
+        rollout_steps=STEPS,
+        window=2,
         total_env_steps=100 * STEPS_PER_UPDATE,
         epochs=1,
-        minibatches=1,
+        minibatch_size=1 << 20,
         hidden_sizes=(8,),
         run=RunConfig(device="cpu", progress=False, compile=False, run_dir=str(run_dir), **run),
     )
@@ -115,8 +116,8 @@ def test_second_signal_aborts_without_a_checkpoint(tmp_path: Path) -> None:
 
 def start_cli(run_dir: Path, *extra: str) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "grpo_trainer", "train", "--device", "cpu", "--no-progress"]
-    argv += ["--num-groups", "2", "--group-size", "2", "--max-episode-steps", str(STEPS)]
-    argv += ["--epochs", "1", "--minibatches", "1", "--hidden-sizes", "8"]
+    argv += ["--num-groups", "2", "--group-size", "2", "--rollout-steps", str(STEPS)]
+    argv += ["--window", "2", "--epochs", "1", "--minibatch-size", "1048576", "--hidden-sizes", "8"]
     argv += ["--env-kwargs", json.dumps({"max_episode_steps": STEPS}), "--run-dir", str(run_dir)]
     return subprocess.Popen(
         [*argv, *extra],

@@ -1,255 +1,91 @@
-"""Group resets (`EnvIO.reset_groups`) and rollouts (`RolloutBuffer`, `collect`).
+"""Rollouts: group starts, windowed collection with restarts and branches, episodes mode.
 
-Rollouts are checked against an independent replay: the same seeds and the recorded actions
-stepped through a fresh env give the rewards and episode ends the buffer must hold.
+Restarts and branches are watched through a wrapper that exposes FruitCatcher's state
+protocol: after every restore the members of each restarted group must hold identical
+states, and the observation the trainer stored next must be the one of that state.
 """
 
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import gymnasium as gym
 import pytest
 import torch
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
+from fruit_env import core
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
 from grpo_trainer.env_io import EnvIO
-from grpo_trainer.policy import Policy
-from grpo_trainer.rollout import RolloutBuffer, collect
 from grpo_trainer.trainer import storage_dtype
 
 CPU = torch.device("cpu")
+SHORT = {"win_score": 3, "lose_score": -3, "max_episode_steps": 30}  # ends at varied steps
 
 
 def _fruit(num_envs: int, **kwargs: object) -> gym.vector.VectorEnv:
-    return gym.make_vec("FruitCatcher-v0", num_envs=num_envs, **kwargs)
+    return gym.make_vec("FruitCatcher-v0", num_envs=num_envs, validate_actions=False, **kwargs)
 
 
 def _cartpole(num_envs: int) -> gym.vector.VectorEnv:
     return gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="vector_entry_point")
 
 
-# -- group resets ------------------------------------------------------------------------------
+def _trainer(envs: gym.vector.VectorEnv, **cfg: Any) -> GRPOTrainer:
+    run = RunConfig(progress=False, device="cpu", seed=cfg.pop("seed", 0))
+    cfg.setdefault("hidden_sizes", (16,))
+    cfg.setdefault("group_size", 2)
+    groups = cfg.pop("num_groups", envs.num_envs // cfg["group_size"])
+    return GRPOTrainer(envs, GRPOConfig(num_groups=groups, run=run, **cfg))
+
+
+class Watched(gym.vector.VectorWrapper):
+    """FruitCatcher with its state protocol passed through, recording every restore."""
+
+    def __init__(self, env: gym.vector.VectorEnv) -> None:
+        super().__init__(env)
+        self.steps = 0
+        self.restores: list[tuple[int, torch.Tensor, Any]] = []  # (steps, source, state)
+        self._source: torch.Tensor | None = None
+
+    def step(self, actions: Any) -> Any:
+        self.steps += 1
+        return self.env.step(actions)
+
+    def snapshot_state(self, index: torch.Tensor) -> Any:
+        self._source = index.clone()
+        return self.env.unwrapped.snapshot_state(index)
+
+    def restore_state(self, index: torch.Tensor, snapshot: Any) -> None:
+        self.env.unwrapped.restore_state(index, snapshot)
+        if len(index) == self.num_envs:  # a restart point (checkpoint restores are not)
+            self.restores.append((self.steps, self._source, self.env.unwrapped.state))
+
+
+# -- group starts ------------------------------------------------------------------------------
 
 
 def test_reset_groups_gives_identical_starts_within_groups() -> None:
     """Members of a group start alike, groups differ, and equal actions keep members alike."""
     groups, size = 3, 4
-    envs = _fruit(groups * size)
-    io = EnvIO(envs, CPU)
+    io = EnvIO(_fruit(groups * size), CPU)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # FruitCatcher takes per-env seeds: no fallback warning
         obs = io.reset_groups([101, 202, 303], size)
-    assert io.per_env_seeds is True
+    assert io.per_env_seeds is True and io.restarts == "snapshot"
     grouped = obs.unflatten(0, (groups, size))
     assert torch.equal(grouped, grouped[:, :1].expand_as(grouped))
-    firsts = grouped[:, 0]
-    assert not torch.equal(firsts[0], firsts[1]) and not torch.equal(firsts[1], firsts[2])
-    # A sub-env's game depends on its seed and actions only: same actions, same games.
+    assert not torch.equal(grouped[0, 0], grouped[1, 0])
     generator = torch.Generator().manual_seed(0)
     for _ in range(30):
         per_group = torch.randint(0, 3, (groups,), generator=generator)
         step = io.step(per_group.repeat_interleave(size))
         grouped = step.obs.unflatten(0, (groups, size))
         assert torch.equal(grouped, grouped[:, :1].expand_as(grouped))
-        rewards = step.reward.unflatten(0, (groups, size))
-        assert torch.equal(rewards, rewards[:, :1].expand_as(rewards))
-    envs.close()
-
-
-def test_reset_groups_with_numpy_sync_vector_env() -> None:
-    """A Gymnasium SyncVectorEnv (numpy, per-env seeds) also gets identical group starts."""
-    envs = gym.make_vec("Pendulum-v1", num_envs=4, vectorization_mode="sync")
-    io = EnvIO(envs, CPU)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        obs = io.reset_groups([5, 6], 2)
-    assert isinstance(obs, torch.Tensor) and io.numpy_actions is True
-    assert torch.equal(obs[0], obs[1]) and torch.equal(obs[2], obs[3])
-    assert not torch.equal(obs[0], obs[2])
-    envs.close()
-
-
-def test_cartpole_falls_back_with_a_runtime_warning_once() -> None:
-    """CartPoleVectorEnv.reset takes only an int seed: one RuntimeWarning, then silence."""
-    envs = _cartpole(4)
-    io = EnvIO(envs, CPU)
-    with pytest.warns(RuntimeWarning, match="list of seeds"):
-        obs = io.reset_groups([1, 2], 2)
-    assert io.per_env_seeds is False
-    assert obs.shape == (4, 4) and obs.dtype == torch.float32
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        again = io.reset_groups([1, 2], 2)
-    # The fallback seeds the whole vector env with the first group's seed: reproducible.
-    assert torch.equal(obs, again)
-    step = io.step(torch.ones(4, dtype=torch.long))
-    assert step.obs.shape == (4, 4) and step.reward.tolist() == [1.0] * 4
-    envs.close()
-
-
-def test_env_io_rejects_a_single_env() -> None:
-    """EnvIO needs a vector env; a plain gymnasium.Env is refused with ValueError."""
-    env = gym.make("CartPole-v1")
-    with pytest.raises(ValueError, match="VectorEnv"):
-        EnvIO(env, CPU)  # type: ignore[arg-type]
-    env.close()
-
-
-# -- buffer layout -----------------------------------------------------------------------------
-
-
-def _trainer(envs: gym.vector.VectorEnv, **cfg: object) -> GRPOTrainer:
-    run = RunConfig(progress=False, device="cpu", seed=0)
-    return GRPOTrainer(envs, GRPOConfig(num_groups=2, group_size=2, run=run, **cfg))  # type: ignore[arg-type]
-
-
-def test_fruit_features_cost_at_most_32_bytes_per_step() -> None:
-    """FruitCatcher features: float16 obs x 10 (20 B) + uint8 action (1) + float32 logp (4)
-    + float32 reward (4) = 29 bytes per env-step."""
-    trainer = _trainer(_fruit(4), max_episode_steps=8)
-    buffer = trainer.buffer
-    assert buffer.obs.dtype == torch.float16 and buffer.obs.shape[2:] == (10,)
-    assert buffer.actions.dtype == torch.uint8
-    assert buffer.bytes_per_step == 10 * 2 + 1 + 4 + 4
-    assert buffer.bytes_per_step <= 32
-
-
-def test_storage_dtype_follows_the_observation_space() -> None:
-    """auto: uint8 images stay uint8, bounded floats go float16, unbounded floats float32."""
-    pixels = _fruit(1, obs_mode="pixels").single_observation_space
-    features = _fruit(1).single_observation_space
-    cartpole = _cartpole(1).single_observation_space  # has infinite bounds
-    assert storage_dtype(pixels, "auto") == torch.uint8
-    assert storage_dtype(features, "auto") == torch.float16
-    assert storage_dtype(cartpole, "auto") == torch.float32
-    assert storage_dtype(features, "float32") == torch.float32
-    assert storage_dtype(features, "bfloat16") == torch.bfloat16
-
-
-def test_pixel_buffer_stores_uint8_frames() -> None:
-    """Pixels: 1 x 15 x 20 uint8 (300 B) + action (1) + logp (4) + reward (4) = 309 B/step."""
-    trainer = _trainer(_fruit(4, obs_mode="pixels"), max_episode_steps=8, hidden_sizes=(8,))
-    assert trainer.buffer.obs.dtype == torch.uint8
-    assert trainer.buffer.bytes_per_step == 1 * 15 * 20 + 1 + 4 + 4
-
-
-# -- collect -----------------------------------------------------------------------------------
-
-
-def _replay(
-    seeds: list[int], actions: torch.Tensor, **env_kwargs: object
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Raw (reward, done) per step from a fresh env fed the recorded actions."""
-    envs = _fruit(actions.shape[1], **env_kwargs)
-    envs.reset(seed=seeds)
-    rewards, dones = [], []
-    for a in actions:
-        _, reward, terminated, truncated, _ = envs.step(a.long())
-        rewards.append(reward.float())
-        dones.append(terminated | truncated)
-    envs.close()
-    return torch.stack(rewards), torch.stack(dones)
-
-
-def _collect(
-    num_groups: int, size: int, horizon: int, seed: int, **env_kwargs: object
-) -> tuple[RolloutBuffer, list[int], object]:
-    envs = _fruit(num_groups * size, **env_kwargs)
-    io = EnvIO(envs, CPU)
-    torch.manual_seed(seed)
-    policy = Policy(io.observation_space, io.action_space, (16,))
-    buffer = RolloutBuffer(horizon, io.num_envs, (10,), torch.float16, policy.head, CPU)
-    group_seeds = [seed * 100 + g for g in range(num_groups)]
-    obs = io.reset_groups(group_seeds, size)
-    stats = collect(
-        io, obs, policy.sample, policy.head, buffer, horizon, torch.Generator().manual_seed(seed)
-    )
-    envs.close()
-    return buffer, [s for s in group_seeds for _ in range(size)], stats
-
-
-def test_collect_masks_steps_after_an_episode_ends() -> None:
-    """Lengths, valid masks and rewards match a replay; rewards after an end are zero."""
-    horizon = 48
-    # Scores of +-2 end games early, at different steps for different members.
-    kwargs = {"win_score": 2, "lose_score": -2}
-    buffer, seeds, stats = _collect(4, 4, horizon, seed=1, **kwargs)
-    raw_reward, raw_done = _replay(seeds, buffer.actions, **kwargs)
-
-    steps = torch.arange(horizon)[:, None]
-    first_done = torch.where(raw_done, steps, horizon).min(0).values
-    expected_lengths = torch.clamp(first_done + 1, max=horizon)
-    assert torch.equal(buffer.lengths, expected_lengths)
-    valid = buffer.valid(horizon)
-    assert torch.equal(valid, steps < expected_lengths[None, :])
-    assert torch.equal(buffer.rewards, torch.where(valid, raw_reward, 0.0))
-    assert torch.equal(stats.finished, first_done < horizon)
-
-    # The scenario exercises what it claims: episodes end at different times, and the env
-    # (auto-reset into a new game) paid rewards after some ends, which the buffer dropped.
-    assert len(set(buffer.lengths.tolist())) > 1 and bool(stats.finished.any())
-    assert bool((raw_reward[~valid] != 0).any())
-    assert torch.count_nonzero(buffer.rewards[~valid]) == 0
-
-
-def test_collect_stores_what_the_policy_saw_and_did() -> None:
-    """Stored logp is the policy's log-prob of the stored action on the stored observation."""
-    buffer, _, _ = _collect(2, 2, 16, seed=2)
-    torch.manual_seed(2)
-    policy = Policy(_fruit(1).single_observation_space, gym.spaces.Discrete(3), (16,))
-    logp, _ = policy.log_prob_entropy(buffer.obs.flatten(0, 1), buffer.actions.flatten(0, 1))
-    torch.testing.assert_close(buffer.logp.flatten(), logp.detach())
-
-
-def test_episode_info_is_averaged_over_finished_episodes() -> None:
-    """info['episode'] fields are summed over episodes that ended inside the horizon."""
-    buffer, _, stats = _collect(4, 4, 48, seed=3, win_score=2, lose_score=-2)
-    finished = stats.finished
-    count = int(finished.sum())
-    assert count > 0
-    assert {"r", "l", "caught", "missed"} <= set(stats.info_sums)
-    assert int(stats.info_counts["r"]) == count
-    # FruitCatcher's episode return "r" is the score: the sum of the episode's rewards.
-    returns = buffer.rewards.sum(0)
-    assert stats.info_sums["r"].item() == pytest.approx(returns[finished].sum().item())
-    assert stats.info_sums["l"].item() == buffer.lengths[finished].sum().item()
-
-
-def test_env_truncation_shorter_than_the_horizon() -> None:
-    """An env limit of 7 steps inside a 12-step horizon: every length is 7, later rewards 0."""
-    buffer, _, stats = _collect(2, 2, 12, seed=4, max_episode_steps=7)
-    assert buffer.lengths.tolist() == [7] * 4
-    assert bool(stats.finished.all())
-    assert torch.count_nonzero(buffer.rewards[7:]) == 0
-
-
-def test_trainer_horizon_cuts_long_episodes() -> None:
-    """A config horizon shorter than the env limit: every member plays exactly that many steps."""
-    trainer = _trainer(_fruit(4), max_episode_steps=10)
-    metrics = trainer.update()
-    assert trainer.buffer.lengths.tolist() == [10] * 4
-    assert metrics["frac_finished"] == 0.0
-    assert metrics["length_mean"] == 10.0
-    assert metrics["valid_steps"] == 40.0 and trainer.env_steps == 40
-
-
-def test_trainer_shortens_the_horizon_when_every_episode_ends_early() -> None:
-    """When all episodes finished, the next horizon is ceil16(1.25 * longest + 8) (at least 16)."""
-    trainer = _trainer(_fruit(4, max_episode_steps=20), max_episode_steps=100)
-    first = trainer.update()
-    assert first["horizon"] == 100 and first["frac_finished"] == 1.0
-    assert first["length_max"] == 20.0
-    # 1.25 * 20 + 8 = 33 -> rounded up to a multiple of 16: 48.
-    assert trainer.horizon == 48
-    second = trainer.update()
-    assert second["horizon"] == 48 and second["simulated_steps"] == 48 * 4
-    assert trainer.buffer.lengths.tolist() == [20] * 4
 
 
 def test_reset_groups_passes_each_member_its_group_seed() -> None:
-    """reset_groups hands each member its group's seed (checked through a recording env)."""
     seen: list[object] = []
 
     class Recording(gym.vector.VectorWrapper):
@@ -257,6 +93,226 @@ def test_reset_groups_passes_each_member_its_group_seed() -> None:
             seen.append(seed)
             return super().reset(seed=seed, options=options)
 
-    envs = Recording(_fruit(6))
-    EnvIO(envs, CPU).reset_groups([7, 8, 9], 2)
+    EnvIO(Recording(_fruit(6)), CPU).reset_groups([7, 8, 9], 2)
     assert seen == [[7, 7, 8, 8, 9, 9]]
+
+
+def test_restart_strategies_follow_what_the_env_offers() -> None:
+    """State protocol -> snapshot; Gymnasium's Sync/Async -> seeded; otherwise independent."""
+    assert EnvIO(_fruit(2), CPU).restarts == "snapshot"
+    sync = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    assert EnvIO(sync, CPU).restarts == "seeded"
+    assert EnvIO(_cartpole(2), CPU).restarts == "independent"
+    # A wrapper hides the protocol of the env it wraps unless it passes it on itself.
+    assert EnvIO(gym.vector.VectorWrapper(_fruit(2)), CPU).restarts == "independent"
+
+
+def test_cartpole_without_seed_lists_warns_once() -> None:
+    io = EnvIO(_cartpole(4), CPU)
+    with pytest.warns(RuntimeWarning, match="list of seeds"):
+        obs = io.reset_groups([1, 2], 2)
+    assert io.per_env_seeds is False and obs.shape == (4, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.equal(obs, io.reset_groups([1, 2], 2))
+
+
+def test_env_io_rejects_a_single_env() -> None:
+    with pytest.raises(ValueError, match="VectorEnv"):
+        EnvIO(gym.make("CartPole-v1"), CPU)  # type: ignore[arg-type]
+
+
+# -- storage -----------------------------------------------------------------------------------
+
+
+def test_fruit_features_cost_at_most_32_bytes_per_step() -> None:
+    """float16 obs x 10 (20 B) + uint8 action (1) + float32 logp (4) + float32 reward (4)
+    + valid and cut flags (1 + 1) = 31 bytes per stored env-step."""
+    buffer = _trainer(_fruit(4), rollout_steps=8, window=4).buffer
+    assert buffer.obs.dtype == torch.float16 and buffer.obs.shape[2:] == (10,)
+    assert buffer.actions.dtype == torch.uint8
+    assert buffer.bytes_per_step == 10 * 2 + 1 + 4 + 4 + 1 + 1 <= 32
+    assert buffer.rows == 8 + 3 and buffer.ready == 8 and buffer.carry == 3
+
+
+def test_storage_dtype_follows_the_observation_space() -> None:
+    pixels = _fruit(1, obs_mode="pixels").single_observation_space
+    features = _fruit(1).single_observation_space
+    cartpole = _cartpole(1).single_observation_space  # infinite bounds
+    assert storage_dtype(pixels, "auto") == torch.uint8
+    assert storage_dtype(features, "auto") == torch.float16
+    assert storage_dtype(cartpole, "auto") == torch.float32
+    assert storage_dtype(features, "bfloat16") == torch.bfloat16
+
+
+# -- windowed rollouts -------------------------------------------------------------------------
+
+
+def _collect(trainer: GRPOTrainer) -> Any:
+    return trainer.rollout.collect(trainer.sample, trainer.generator)
+
+
+def test_look_ahead_rows_carry_over_to_the_next_rollout() -> None:
+    trainer = _trainer(_fruit(8, **SHORT), rollout_steps=6, window=4)
+    _collect(trainer)
+    tail = {k: t[6:].clone() for k, t in trainer.buffer.tensors.items()}
+    _collect(trainer)
+    for name, t in trainer.buffer.tensors.items():
+        assert torch.equal(t[:3], tail[name]), name
+
+
+def test_valid_steps_end_with_a_cut_and_resume_only_at_restart_points() -> None:
+    every = 4
+    trainer = _trainer(_fruit(8, **SHORT), rollout_steps=40, window=1, restart_every=every)
+    for _ in range(3):
+        _collect(trainer)
+        valid, cut = trainer.buffer.valid, trainer.buffer.cut
+        stopped = valid[:-1] & ~valid[1:]  # valid at t, not at t + 1
+        assert torch.equal(stopped & cut[:-1], stopped)  # only an episode end stops a member
+        started = ~valid[:-1] & valid[1:]
+        rows = started.any(1).nonzero().flatten() + 1  # rows where some member starts again
+        steps_done = trainer.rollout.restarts.steps - 40
+        assert all((steps_done + int(r)) % every == 0 for r in rows)
+        # Members of a group are alive together: restarts are group-synchronous.
+        grouped = valid.unflatten(1, (-1, 2))
+        assert torch.equal(
+            started.unflatten(1, (-1, 2)).any(2), started.unflatten(1, (-1, 2)).all(2)
+        )
+        assert grouped.shape[-1] == 2
+
+
+@pytest.mark.parametrize("branch_every", [0, 5])
+def test_group_members_are_identical_after_every_restart_and_branch(branch_every: int) -> None:
+    size, every = 4, 3
+    env = Watched(_fruit(12, **SHORT))
+    trainer = _trainer(
+        env,
+        group_size=size,
+        rollout_steps=30,
+        window=2,
+        restart_every=every,
+        branch_every=branch_every,
+    )
+    moves = 0
+    for _ in range(3):
+        before = env.steps
+        _collect(trainer)
+        for steps, source, state in [r for r in env.restores if r[0] > before]:
+            moved = source != torch.arange(12)
+            moves += int(moved.any())
+            for b in moved.nonzero().flatten().tolist():
+                for field in state:
+                    assert torch.equal(field[b], field[int(source[b])]), field
+                # A group moves together: every member of b's group follows one source.
+                group = slice(b // size * size, b // size * size + size)
+                assert (source[group] == source[b]).all()
+            row = trainer.buffer.carry + steps - before  # the row stored after the restore
+            if row < trainer.buffer.rows:
+                expected = core.observe_features(env.unwrapped.params, state).half()
+                assert torch.equal(trainer.buffer.obs[row], expected)
+    assert moves >= 3, "the scenario restarts (and branches) groups several times"
+
+
+def test_a_branch_cuts_the_rows_before_it() -> None:
+    env = Watched(_fruit(8))  # 200-step games: no episode ends in this test
+    trainer = _trainer(
+        env, group_size=4, rollout_steps=24, window=1, restart_every=4, branch_every=8
+    )
+    _collect(trainer)
+    cut_rows = trainer.buffer.cut.any(1).nonzero().flatten().tolist()
+    assert cut_rows == [8 - 1, 16 - 1, 24 - 1]  # every 8 steps, the last row before the jump
+    assert trainer.buffer.cut[cut_rows].all()  # the whole group: every member's window stops
+
+
+def test_branching_needs_state_snapshots() -> None:
+    sync = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="sync")
+    with pytest.raises(ValueError, match="branch_every"):
+        _trainer(sync, branch_every=4)
+
+
+def test_seeded_restarts_give_identical_group_starts_on_a_numpy_env() -> None:
+    """Gymnasium's SyncVectorEnv: members of a restarted group start from the same seed."""
+    envs = gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="sync")
+    trainer = _trainer(envs, group_size=4, rollout_steps=64, window=1, restart_every=1)
+    with torch.inference_mode():
+        _collect(trainer)
+    valid, obs = trainer.buffer.valid, trainer.buffer.obs
+    started = ~valid[:-1] & valid[1:]
+    restarts = started.nonzero().tolist()
+    assert restarts, "CartPole episodes end within 64 steps under a random policy"
+    for row, b in restarts:
+        first = b // 4 * 4
+        assert torch.equal(obs[row + 1, b], obs[row + 1, first])
+
+
+def test_independent_restarts_skip_the_next_step_reset_step() -> None:
+    """CartPoleVectorEnv autoresets on its own (NEXT_STEP): the step after an end is its
+    reset step, whose action is ignored; it is not a valid sample."""
+    with pytest.warns(RuntimeWarning):
+        trainer = _trainer(_cartpole(4), rollout_steps=80, window=1)
+    _collect(trainer)
+    valid, cut = trainer.buffer.valid, trainer.buffer.cut
+    ends = cut.nonzero().tolist()
+    assert ends
+    for row, b in ends:
+        if row + 2 < trainer.buffer.rows:
+            assert not valid[row + 1, b] and valid[row + 2, b]
+
+
+def test_an_env_that_never_restarts_is_refused_for_windowed_rollouts() -> None:
+    envs = _cartpole(4)
+    envs.metadata = {**envs.metadata, "autoreset_mode": gym.vector.AutoresetMode.DISABLED}
+    with pytest.raises(ValueError, match="rollout='episodes'"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _trainer(envs)
+
+
+# -- episodes mode -----------------------------------------------------------------------------
+
+
+def _replay(
+    seeds: list[int], actions: torch.Tensor, **env_kwargs: object
+) -> tuple[torch.Tensor, torch.Tensor]:
+    envs = _fruit(actions.shape[1], **env_kwargs)
+    envs.reset(seed=seeds)
+    rewards, dones = [], []
+    for a in actions:
+        _, reward, terminated, truncated, _ = envs.step(a.long())
+        rewards.append(reward.float())
+        dones.append(terminated | truncated)
+    return torch.stack(rewards), torch.stack(dones)
+
+
+def test_episodes_mode_masks_steps_after_each_members_end() -> None:
+    """Valid steps, cuts and rewards match a replay of the recorded actions."""
+    kwargs = {"win_score": 2, "lose_score": -2}
+    trainer = _trainer(_fruit(16, **kwargs), rollout="episodes", group_size=4, max_episode_steps=48)
+    metrics = trainer.update()
+    buffer = trainer.buffer
+    seeds = [s for s in trainer._group_seeds(0, 4) for _ in range(4)]
+    raw_reward, raw_done = _replay(seeds, buffer.actions, **kwargs)
+    steps = torch.arange(48)[:, None]
+    first_done = torch.where(raw_done, steps, 48).min(0).values
+    lengths = torch.clamp(first_done + 1, max=48)
+    assert torch.equal(buffer.valid, steps < lengths[None, :])
+    assert torch.equal(buffer.rewards, torch.where(buffer.valid, raw_reward, 0.0))
+    assert torch.equal(buffer.cut.any(0), first_done < 48)
+    assert metrics["episodes"] == float((first_done < 48).sum())
+    assert len(set(lengths.tolist())) > 1 and bool((raw_reward[~buffer.valid] != 0).any())
+
+
+def test_episodes_mode_shortens_the_horizon_when_every_episode_ends_early() -> None:
+    trainer = _trainer(_fruit(4, max_episode_steps=20), rollout="episodes", max_episode_steps=100)
+    first = trainer.update()
+    assert first["horizon"] == 100 and first["episodes"] == 4 and first["length_max"] == 20
+    assert trainer.horizon == 48  # ceil16(1.25 * 20 + 8)
+    assert trainer.update()["horizon"] == 48
+
+
+def test_episodes_mode_needs_an_episode_limit() -> None:
+    from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+
+    envs = CartPoleVectorEnv(num_envs=4)
+    envs.max_episode_steps = None  # as an env without a limit declares
+    with pytest.raises(ValueError, match="max_episode_steps"):
+        _trainer(envs, rollout="episodes")

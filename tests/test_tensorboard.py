@@ -14,9 +14,9 @@ import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
 from grpo_trainer.cli import main
 
-# 4 sub-envs x 16-step games = 64 valid steps per update; 3 updates. The games end inside
-# the horizon, so every update has episode figures (`episode_caught`) to log.
-TINY = ["--num-groups", "2", "--group-size", "2", "--max-episode-steps", "16"]
+# 4 sub-envs x 16 steps = 64 env steps per update; 3 updates. The 16-step games end in
+# every update, so every update has episode figures (`episode_caught`) to log.
+TINY = ["--num-groups", "2", "--group-size", "2", "--rollout-steps", "16", "--window", "4"]
 TINY += ["--env-kwargs", '{"max_episode_steps": 16}']
 TINY += ["--total-env-steps", "192", "--hidden-sizes", "8", "--device", "cpu", "--no-progress"]
 
@@ -55,7 +55,7 @@ def test_without_tensorboard_training_warns_and_runs(
         from torch.utils.tensorboard import SummaryWriter  # noqa: F401
     run_dir = tmp_path / "run"
     run = RunConfig(device="cpu", progress=False, run_dir=str(run_dir), tensorboard=True)
-    sizes = {"num_groups": 2, "group_size": 2, "max_episode_steps": 16, "hidden_sizes": (8,)}
+    sizes = {"num_groups": 2, "group_size": 2, "rollout_steps": 16, "hidden_sizes": (8,)}
     config = GRPOConfig(total_env_steps=128, run=run, **sizes)
     envs = gym.make_vec("FruitCatcher-v0", num_envs=config.num_envs)
     with caplog.at_level(logging.WARNING, logger="grpo_trainer"):

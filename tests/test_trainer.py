@@ -10,33 +10,27 @@ from typing import Any
 import gymnasium as gym
 import pytest
 import torch
-from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, TrainingStopped, accel
 from grpo_trainer.accel import Compiled, make_optimizer, resolve_device, should_compile
-from grpo_trainer.trainer import lr_factor
+from grpo_trainer.envs import make_envs
+from grpo_trainer.metrics import spec
+from grpo_trainer.schedules import lr_factor
 
-# What every update reports (see README/DESIGN: observability).
+# What every update reports (the registry in grpo_trainer/metrics.py declares each).
 UPDATE_FIELDS = {
     "update",
     "env_steps",
     "valid_steps",
-    "simulated_steps",
-    "horizon",
     "steps_per_s",
     "rollout_s",
     "update_s",
+    "train_s",
     "lr",
-    "return_mean",
-    "return_std",
-    "return_min",
-    "return_max",
-    "group_return_std",
-    "frac_zero_std_groups",
-    "length_mean",
+    "episodes",
     "length_max",
-    "frac_finished",
+    "frac_zero_std_groups",
     "loss",
     "policy_loss",
     "kl",
@@ -48,6 +42,7 @@ UPDATE_FIELDS = {
     "mem_rss_mib",
     "mem_peak_rss_mib",
 }
+EPISODE_FIELDS = {"return_mean", "return_std", "return_min", "return_max", "length_mean"}
 
 
 def _fruit_trainer(
@@ -55,10 +50,12 @@ def _fruit_trainer(
 ) -> GRPOTrainer:
     run_kw = {k: kw.pop(k) for k in list(kw) if k in RunConfig.__dataclass_fields__}
     run = RunConfig(**{"progress": False, "device": "cpu", **run_kw})
-    kw.setdefault("max_episode_steps", 32)
+    kw.setdefault("rollout_steps", 16)
+    kw.setdefault("window", 8)
+    kw.setdefault("minibatch_size", 128)
     kw.setdefault("hidden_sizes", (16,))
     cfg = GRPOConfig(num_groups=num_groups, group_size=group_size, run=run, **kw)
-    envs = gym.make_vec("FruitCatcher-v0", num_envs=cfg.num_envs, **(env_kwargs or {}))
+    envs = make_envs(cfg, cfg.num_envs, torch.device("cpu"), **(env_kwargs or {}))
     return GRPOTrainer(envs, cfg)
 
 
@@ -83,18 +80,26 @@ def test_env_and_config_sizes_must_agree() -> None:
         GRPOTrainer(envs, cfg)
 
 
-def test_env_without_a_limit_needs_max_episode_steps() -> None:
-    """An env whose spec has no episode limit needs max_episode_steps in the config."""
-    envs = CartPoleVectorEnv(num_envs=4)  # built directly: no spec, no limit
+def test_env_without_a_limit_trains_windowed_but_needs_one_for_episodes() -> None:
+    """Windowed rollouts need no episode limit; whole-episode rollouts do."""
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+    envs = gym.vector.SyncVectorEnv([CartPoleEnv] * 4)  # no TimeLimit, no spec
     run = RunConfig(progress=False, device="cpu")
     with pytest.raises(ValueError, match="max_episode_steps"):
-        GRPOTrainer(envs, GRPOConfig(num_groups=2, group_size=2, run=run))
-    with pytest.warns(RuntimeWarning, match="list of seeds"):
-        trainer = GRPOTrainer(
-            envs, GRPOConfig(num_groups=2, group_size=2, max_episode_steps=8, run=run)
-        )
-        trainer.update()
-    assert trainer.horizon <= 16
+        GRPOTrainer(envs, GRPOConfig(num_groups=2, group_size=2, rollout="episodes", run=run))
+    trainer = GRPOTrainer(envs, GRPOConfig(num_groups=2, group_size=2, rollout_steps=8, run=run))
+    assert trainer.update()["env_steps"] == 4 * 8
+
+
+def test_retired_fields_say_what_replaced_them() -> None:
+    """An old config.json with `minibatches` is refused, naming minibatch_size; reading an
+    old checkpoint's network drops it with a warning."""
+    old = {**GRPOConfig().to_dict(), "minibatches": 8}
+    with pytest.raises(ValueError, match="minibatch_size"):
+        GRPOConfig.from_dict(old)
+    with pytest.warns(RuntimeWarning, match="minibatch_size"):
+        assert GRPOConfig.from_dict(old, strict=False).minibatch_size == GRPOConfig().minibatch_size
 
 
 def test_bad_device_raises_naming_it() -> None:
@@ -113,46 +118,48 @@ def test_update_reports_every_documented_metric() -> None:
     m = trainer.update()
     assert set(m) >= UPDATE_FIELDS, UPDATE_FIELDS - set(m)
     assert all(isinstance(v, float | int) and math.isfinite(v) for v in m.values()), m
+    for name in m:  # every reported metric is declared once, with its reduction and help
+        spec(name, trainer.env.episode_ratios)
     assert m["update"] == 1 and trainer.update_index == 1
-    # Every member played the full 32-step horizon (FruitCatcher games last 200 steps).
-    assert m["valid_steps"] == 16 * 32 and m["env_steps"] == trainer.env_steps == 16 * 32
-    assert m["simulated_steps"] == 16 * 32
+    # 16 sub-envs x 16 steps were simulated; the trained rows of a first update are the
+    # look-ahead's empty rows plus 16 - 7 = 9 new ones.
+    assert m["env_steps"] == trainer.env_steps == 16 * 16
+    assert m["valid_steps"] == 16 * (16 - 7)
     assert m["lr"] == trainer.config.lr  # linear schedule at progress 0
     assert 0.0 <= m["clip_fraction"] <= 1.0 and 0.0 <= m["frac_zero_std_groups"] <= 1.0
-    assert m["kl"] == 0.0  # kl_coef = 0: no reference policy
-    assert m["skipped_steps"] == 0.0
-    # The entropy of a 3-way categorical is at most log 3.
+    assert m["kl"] == 0.0 and m["skipped_steps"] == 0.0
     assert 0.0 < m["entropy"] <= math.log(3) + 1e-6
-    assert m["return_min"] <= m["return_mean"] <= m["return_max"]
-    # 200-step FruitCatcher games cut by the 32-step horizon: none finished, so there is no
-    # episode figure to average (a 0 would read as "caught nothing"), and no internal column.
-    assert m["frac_finished"] == 0.0
+    # 200-step games: none ended, so there is no episode figure (a 0 would read as "caught
+    # nothing") and no internal column.
+    assert m["episodes"] == 0.0
+    assert not (EPISODE_FIELDS | {"catch_rate"}) & set(m)
     assert not [k for k in m if k.startswith(("episode_", "_"))]
     assert _changed(before, trainer)
 
 
-def test_episode_figures_appear_only_for_updates_where_episodes_ended() -> None:
-    """Games of 40 steps against a 32-step horizon: the first update cuts every game, the
-    horizon doubles, and the next update finishes them all."""
-    trainer = _fruit_trainer(env_kwargs={"max_episode_steps": 40}, max_episode_steps=64)
-    trainer.horizon = 32  # as if an earlier update had shortened it
-    cut = trainer.update()
-    finished = trainer.update()
-    assert cut["frac_finished"] == 0.0 and "episode_caught" not in cut
-    assert finished["frac_finished"] == 1.0
-    assert finished["episode_l"] == finished["length_mean"] == 40.0
-    assert finished["episode_caught"] - finished["episode_missed"] == pytest.approx(
-        finished["return_mean"]
-    )
-
-
-def test_episode_figures_match_returns_when_episodes_finish() -> None:
-    """With finished episodes, the env's caught - missed equals the mean return."""
-    trainer = _fruit_trainer(env_kwargs={"max_episode_steps": 24}, max_episode_steps=24)
+def test_episode_figures_and_the_catch_rate_appear_when_episodes_end() -> None:
+    """Games of 30 steps: updates report their episodes, the env's info fields and the
+    catch rate it declares, caught / (caught + missed)."""
+    trainer = _fruit_trainer(env_kwargs={"max_episode_steps": 30}, rollout_steps=40)
     m = trainer.update()
-    assert m["frac_finished"] == 1.0
+    assert m["episodes"] > 0 and set(m) >= EPISODE_FIELDS | {"catch_rate", "episode_caught"}
+    assert m["episode_l"] == m["length_mean"] == 30.0
     assert m["episode_caught"] - m["episode_missed"] == pytest.approx(m["return_mean"])
-    assert m["episode_l"] == m["length_mean"] == 24.0
+    expected = m["episode_caught"] / (m["episode_caught"] + m["episode_missed"])
+    assert m["catch_rate"] == pytest.approx(expected)
+    assert m["return_min"] <= m["return_mean"] <= m["return_max"]
+
+
+def test_gradient_steps_grow_with_the_batch() -> None:
+    """Minibatches are sized in samples: 4x the sub-envs, 4x the optimiser steps."""
+    steps = []
+    for groups in (2, 8):
+        trainer = _fruit_trainer(num_groups=groups, epochs=3, minibatch_size=64)
+        trainer.update()
+        state = trainer.optimizer.state[next(trainer.policy.parameters())]
+        steps.append(int(state["step"]))
+    # Trained rows per update: 16; samples 2*4*16 = 128 -> 2 minibatches; 512 -> 8.
+    assert steps == [3 * 2, 3 * 8]
 
 
 def test_micro_batches_accumulate_the_same_gradient() -> None:
@@ -227,12 +234,14 @@ def test_box_actions_on_a_numpy_sync_env() -> None:
     """A Gymnasium numpy env with Box actions (Pendulum, SyncVectorEnv) trains a step."""
     envs = gym.make_vec("Pendulum-v1", num_envs=8, vectorization_mode="sync")
     run = RunConfig(progress=False, device="cpu")
-    cfg = GRPOConfig(num_groups=2, group_size=4, max_episode_steps=16, hidden_sizes=(16,), run=run)
+    cfg = GRPOConfig(
+        num_groups=2, group_size=4, rollout_steps=16, window=4, hidden_sizes=(16,), run=run
+    )
     trainer = GRPOTrainer(envs, cfg)
     log_std = trainer.policy.head.log_std.detach().clone()  # type: ignore[union-attr]
     m = trainer.update()
-    assert math.isfinite(m["loss"]) and m["valid_steps"] == 8 * 16
-    # Pendulum rewards are continuous: group returns differ, so no group is dropped.
+    assert math.isfinite(m["loss"]) and m["valid_steps"] == 8 * (16 - 3)
+    # Pendulum rewards are continuous: members' returns differ, nothing is dropped.
     assert m["frac_zero_std_groups"] == 0.0
     assert not torch.equal(log_std, trainer.policy.head.log_std)  # type: ignore[union-attr]
     envs.close()
@@ -240,11 +249,11 @@ def test_box_actions_on_a_numpy_sync_env() -> None:
 
 def test_train_runs_to_the_step_budget() -> None:
     """train() updates until total_env_steps valid steps and returns the last metrics."""
-    trainer = _fruit_trainer(total_env_steps=1200)  # 16 envs x 32 steps = 512 per update
+    trainer = _fruit_trainer(total_env_steps=600)  # 16 envs x 16 steps = 256 per update
     m = trainer.train()
-    # ceil(1200 / 512) = 3 updates.
+    # ceil(600 / 256) = 3 updates.
     assert trainer.update_index == 3 and m["update"] == 3
-    assert trainer.env_steps == 3 * 512 >= 1200
+    assert trainer.env_steps == 3 * 256 >= 600
     assert m["warmup_s"] > 0.0
 
 
@@ -377,18 +386,27 @@ def test_trainer_survives_a_failing_compiler(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(torch, "compile", broken_compile)
     trainer = _fruit_trainer(compile=True)
-    assert trainer._sample.compiled and trainer._loss.compiled
+    assert trainer.sample.compiled and trainer.loss.compiled
     m = trainer.update()
     assert math.isfinite(m["loss"])
-    assert not trainer._sample.compiled and not trainer._loss.compiled
+    assert not trainer.sample.compiled and not trainer.loss.compiled
 
 
-def test_should_compile_defaults_to_cuda_only() -> None:
-    """compile=None means: on CUDA yes, on CPU no; True/False are obeyed."""
-    assert should_compile(None, torch.device("cpu")) is False
-    assert should_compile(None, torch.device("cuda")) is True
-    assert should_compile(True, torch.device("cpu")) is True
-    assert should_compile(False, torch.device("cuda")) is False
+def test_should_compile_on_cuda_and_on_large_cpu_minibatches() -> None:
+    """compile=None means: on CUDA yes; on the CPU from CPU_COMPILE_MIN_SAMPLES samples per
+    minibatch; True/False are obeyed."""
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    big = accel.CPU_COMPILE_MIN_SAMPLES
+    assert should_compile(None, cpu, big - 1) is False
+    assert should_compile(None, cpu, big) is True
+    assert should_compile(None, cuda, 1) is True
+    assert should_compile(True, cpu, 1) is True
+    assert should_compile(False, cuda, big) is False
+
+
+def test_amp_auto_is_off_on_the_cpu() -> None:
+    assert accel.resolve_amp("auto", torch.device("cpu")) == "off"
+    assert accel.resolve_amp("bf16", torch.device("cpu")) == "bf16"
 
 
 def test_resolve_device() -> None:
@@ -425,14 +443,14 @@ def test_compile_on_cpu_matches_eager() -> None:
         "group_size": 2,
         "hidden_sizes": (8,),
         "epochs": 1,
-        "minibatches": 1,
+        "minibatch_size": 1024,
         "fused_optimizer": False,
     }
     compiled = _fruit_trainer(compile=True, **kw)
     eager = _fruit_trainer(compile=False, **kw)
     mc, me = compiled.update(), eager.update()
-    assert compiled._sample.compiled and compiled._loss.compiled  # no fallback happened
-    for name in ("return_mean", "loss", "entropy", "clip_fraction"):
+    assert compiled.sample.compiled and compiled.loss.compiled  # no fallback happened
+    for name in ("valid_steps", "loss", "entropy", "clip_fraction"):
         assert mc[name] == pytest.approx(me[name], rel=1e-4, abs=1e-5), name
     for a, b in zip(compiled.policy.parameters(), eager.policy.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
@@ -448,22 +466,19 @@ def _run_updates(trainer: GRPOTrainer) -> list[dict[str, float]]:
     return history
 
 
-def _assert_improved(history: list[dict[str, float]], num_envs: int, last: int = 3) -> None:
-    """The mean of the last updates' returns beats the first update's by 5 standard errors.
+def _assert_improved(history: list[dict[str, float]], last: int = 3) -> None:
+    """The mean return of the last updates' episodes beats the first's by 5 standard errors.
 
-    A return mean over `num_envs` episodes has standard error return_std / sqrt(num_envs);
-    the two estimates are independent, so their difference has the root-sum-square error.
+    Only updates in which episodes ended report returns; a return mean over n episodes has
+    standard error return_std / sqrt(n), and the estimates are independent.
     """
-    first, tail = history[0], history[-last:]
+    reported = [m for m in history if "return_mean" in m]
+    first, tail = reported[0], reported[-last:]
     tail_mean = sum(m["return_mean"] for m in tail) / last
-    se_first = first["return_std"] / math.sqrt(num_envs)
-    se_tail = math.sqrt(sum(m["return_std"] ** 2 for m in tail) / num_envs) / last
+    se_first = first["return_std"] / math.sqrt(first["episodes"])
+    se_tail = math.sqrt(sum(m["return_std"] ** 2 / m["episodes"] for m in tail)) / last
     margin = 5 * math.hypot(se_first, se_tail)
-    assert tail_mean - first["return_mean"] > margin, (
-        first["return_mean"],
-        tail_mean,
-        margin,
-    )
+    assert tail_mean - first["return_mean"] > margin, (first["return_mean"], tail_mean, margin)
 
 
 @pytest.mark.slow
@@ -473,14 +488,15 @@ def test_training_improves_fruit_catcher() -> None:
         num_groups=32,
         group_size=8,
         env_kwargs={"max_episode_steps": 50},
-        max_episode_steps=50,
         hidden_sizes=(64, 64),
+        rollout_steps=32,
+        window=16,
+        minibatch_size=1024,
         total_env_steps=200_000,
         epochs=4,
-        lr=1e-2,
     )
     history = _run_updates(trainer)
-    _assert_improved(history, 256)
+    _assert_improved(history)
 
 
 @pytest.mark.slow
@@ -491,16 +507,19 @@ def test_training_improves_cartpole() -> None:
     cfg = GRPOConfig(
         num_groups=8,
         group_size=8,
-        max_episode_steps=100,
-        total_env_steps=20_000,
+        rollout_steps=32,
+        window=32,
+        gamma=0.99,
+        minibatch_size=512,
+        total_env_steps=40_000,
         epochs=4,
-        lr=1e-2,
         run=run,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # CartPole's int-only seeding
         history = _run_updates(GRPOTrainer(envs, cfg))
-    _assert_improved(history, 64)
+    _assert_improved(history)
     # CartPole pays +1 per step, so the return is the episode length.
-    assert history[-1]["return_mean"] == pytest.approx(history[-1]["length_mean"])
-    assert history[-1]["return_mean"] > 2 * history[0]["return_mean"]
+    reported = [m for m in history if "return_mean" in m]
+    assert reported[-1]["return_mean"] == pytest.approx(reported[-1]["length_mean"])
+    assert reported[-1]["return_mean"] > 2 * reported[0]["return_mean"]

@@ -1,0 +1,125 @@
+"""Group-relative advantages, as pure tensor functions (no module state, no host syncs).
+
+Shapes: `L` stored rows by `B = num_groups * group_size` sub-envs, sub-env `b` in group
+`b // group_size`. `valid[t, b]`: step t of b belongs to an episode that counts; `cut[t, b]`:
+b's episode (or its path, at a branch) ends after step t, so returns stop there. The first
+`T` rows are trained; the rest are their look-ahead.
+
+* Windowed return-to-go: `G[t, b] = Σ_{k<W} γ^k r[t+k, b] Π_{j<k} (1 − cut[t+j, b])`, the
+  discounted rewards from t until the episode ends or `W` steps, whichever comes first.
+* Per-step advantage: `A[t, b] = (G[t, b] − mean_{j∈g(b), valid[t, j]} G[t, j]) / scale`.
+  Members of a group start alike and stay in step, so at every row they are compared with
+  peers at the same step of the same game.
+* Outcome advantage (whole episodes): `A[t, b] = (R[b] − mean_{j∈g(b)} R[j]) / scale`, with
+  `R` the episode return, for every valid step of b.
+* Scale: the group's std (GRPO), the batch std (REINFORCE++) or none (Dr. GRPO).
+* A group step whose compared values spread by at most `zero_std_eps` carries no signal:
+  its samples get weight 0 (and are counted in `frac_zero_std`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+EPS = 1e-8  # keeps a division by a zero std finite
+
+
+class Advantages(NamedTuple):
+    advantages: torch.Tensor  # (T, B) float32, zero where the weight is zero
+    weights: torch.Tensor  # (T, B) float32: 1 for valid samples of group steps with spread
+    zero_spread: torch.Tensor  # (T, G) bool: group steps with valid members but no spread
+    compared: torch.Tensor  # (T, G) bool: group steps with at least one valid member
+
+
+def windowed_returns(
+    rewards: torch.Tensor, cut: torch.Tensor, *, rows: int, window: int, gamma: float
+) -> torch.Tensor:
+    """`G[t]` for the first `rows` rows (the rewards need `rows + window - 1` rows, or fewer
+    where `window` reaches past the end: returns then stop at the last row).
+
+    Identical reward sequences give bit-identical returns (the same sums in the same order),
+    so a group without spread is recognised exactly.
+    """
+    length = rewards.shape[0]
+    if window >= length:  # every return reaches the last row: one backward pass
+        keep = (~cut).to(rewards.dtype) * gamma
+        out = torch.empty_like(rewards)
+        running = torch.zeros_like(rewards[0])
+        for t in range(length - 1, -1, -1):
+            running = rewards[t] + keep[t] * running
+            out[t] = running
+        return out[:rows]
+    if rows + window - 1 > length:
+        raise ValueError(f"{rows} rows with a {window}-step window need {rows + window - 1} rows")
+    returns = torch.zeros_like(rewards[:rows])
+    going = torch.ones_like(returns)  # no cut yet between t and t + k
+    for k in range(window):
+        returns += (gamma**k) * rewards[k : k + rows] * going
+        going = going * ~cut[k : k + rows]
+    return returns
+
+
+def episode_returns(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Undiscounted return of each member's episode, `(B,)` (one episode per member)."""
+    return (rewards * valid).sum(0)
+
+
+def _groups(x: torch.Tensor, group_size: int) -> torch.Tensor:
+    """`(..., B)` -> `(..., G, group_size)`."""
+    return x.unflatten(-1, (-1, group_size))
+
+
+def _masked_mean_std(
+    x: torch.Tensor, mask: torch.Tensor, dim: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and population std of `x` over `dim`, counting only `mask`ed entries."""
+    count = mask.sum(dim, keepdim=True).clamp_min(1)
+    mean = (x * mask).sum(dim, keepdim=True) / count
+    var = (((x - mean) * mask) ** 2).sum(dim, keepdim=True) / count
+    return mean, var.sqrt()
+
+
+def group_relative(
+    returns: torch.Tensor,
+    compare: torch.Tensor,
+    valid: torch.Tensor,
+    group_size: int,
+    *,
+    scale: str,
+    zero_std_eps: float,
+    sum_over_ranks: Callable[[torch.Tensor], torch.Tensor] = lambda x: x,
+) -> Advantages:
+    """Advantages of `(T, B)` `returns`, each compared with its group's mean over the members
+    `compare` marks at the same row; samples count where `valid`.
+
+    `sum_over_ranks` sums the batch-std moments over data-parallel ranks (identity in one
+    process), so `scale="batch_std"` does not depend on how the batch is split.
+    """
+    compare_f = compare.to(returns.dtype)
+    grouped = _groups(returns, group_size)  # (T, G, K)
+    members = _groups(compare_f, group_size)
+    mean, std = _masked_mean_std(grouped, members, -1)
+    compared = members.sum(-1) > 0  # (T, G)
+    spread = std.squeeze(-1) > zero_std_eps
+    centred = (grouped - mean).flatten(-2)
+    import os
+
+    if os.environ.get("GRPO_NODROP"):
+        weights = valid.to(returns.dtype)
+    else:
+        weights = valid.to(returns.dtype) * spread.repeat_interleave(group_size, -1)
+    if scale == "group_std":
+        centred = centred / (std.expand_as(grouped).flatten(-2) + EPS)
+    elif scale == "batch_std":
+        w, x = weights.double(), centred.double()
+        moments = sum_over_ranks(torch.stack((w.sum(), (w * x).sum(), (w * x * x).sum())))
+        count = moments[0].clamp_min(1.0)
+        batch_mean = moments[1] / count
+        batch_std = (moments[2] / count - batch_mean**2).clamp_min(0.0).sqrt()
+        centred = centred / (batch_std.to(centred.dtype) + EPS)
+    elif scale != "none":
+        raise ValueError(f"scale must be 'group_std', 'batch_std' or 'none', got {scale!r}")
+    return Advantages(centred * weights, weights, compared & ~spread, compared)

@@ -1,0 +1,175 @@
+"""What data-parallel ranks share, behind one interface with two implementations.
+
+`SingleProcess` does nothing (one process is the whole batch); `TorchDistributed` all-reduces
+over the process group `torchrun` started. The trainer calls the same methods either way, so
+no other module branches on the world size.
+
+Per update a distributed run adds to DDP's gradient all-reduces: one all-reduce of the
+loss normaliser, one of three moments with `scale="batch_std"`, a host-side gather of the
+episode field names, and one all-reduce per reduction kind of the stacked metrics. All but
+the name gather stay on the device (asynchronous under nccl).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+LogProbEntropy = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+class Collective:
+    """The operations ranks share. `rank` 0 of `world_size` writes files and logs."""
+
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        """`x` summed over ranks, on the device."""
+        raise NotImplementedError
+
+    def reduce(
+        self, values: Mapping[str, torch.Tensor], kinds: Mapping[str, str]
+    ) -> dict[str, torch.Tensor]:
+        """Each 0-d tensor combined over ranks by its kind: sum, mean, min or max."""
+        raise NotImplementedError
+
+    def agree_names(self, names: list[str]) -> list[str]:
+        """The union of every rank's names, in one order on every rank."""
+        raise NotImplementedError
+
+    def data_parallel(self, policy: nn.Module) -> LogProbEntropy:
+        """The update's forward: gradients through it are averaged over ranks."""
+        raise NotImplementedError
+
+    def sampling_seed(self, seed: int, update: int) -> int | None:
+        """A seed for this rank's sampling at `update`, or None to continue the generator."""
+        raise NotImplementedError
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's `obj` (host objects, e.g. a checkpoint's per-rank rollout state)."""
+        raise NotImplementedError
+
+
+class SingleProcess(Collective):
+    """One process: every operation is the identity."""
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def reduce(
+        self, values: Mapping[str, torch.Tensor], kinds: Mapping[str, str]
+    ) -> dict[str, torch.Tensor]:
+        return dict(values)
+
+    def agree_names(self, names: list[str]) -> list[str]:
+        return names
+
+    def data_parallel(self, policy: nn.Module) -> LogProbEntropy:
+        return policy.log_prob_entropy  # type: ignore[return-value]
+
+    def sampling_seed(self, seed: int, update: int) -> int | None:
+        return None  # the generator's state is saved with every checkpoint
+
+    def gather(self, obj: Any) -> list[Any]:
+        return [obj]
+
+
+_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "mean": dist.ReduceOp.SUM,
+    "min": dist.ReduceOp.MIN,
+    "max": dist.ReduceOp.MAX,
+}
+
+
+class TorchDistributed(Collective):
+    """Ranks of a `torch.distributed` process group (gloo on CPU, nccl on CUDA)."""
+
+    def __init__(self, host_group: Any = None) -> None:
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self._host_group = host_group  # gloo group for host objects when the backend is nccl
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        out = x.detach().clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out
+
+    def reduce(
+        self, values: Mapping[str, torch.Tensor], kinds: Mapping[str, str]
+    ) -> dict[str, torch.Tensor]:
+        """One all-reduce per kind over the stacked values (float64: step counts stay exact)."""
+        out: dict[str, torch.Tensor] = {}
+        for kind, op in _OPS.items():
+            names = [n for n in values if kinds[n] == kind]
+            if not names:
+                continue
+            stacked = torch.stack([values[n].detach().double().reshape(()) for n in names])
+            dist.all_reduce(stacked, op=op)
+            if kind == "mean":
+                stacked = stacked / self.world_size
+            out.update(zip(names, stacked.unbind(), strict=True))
+        return {n: out[n] for n in values}
+
+    def agree_names(self, names: list[str]) -> list[str]:
+        gathered: list[list[str] | None] = [None] * self.world_size
+        dist.all_gather_object(gathered, names, group=self._host_group)
+        union: dict[str, None] = {}
+        for rank_names in gathered:
+            union.update(dict.fromkeys(rank_names or []))
+        return list(union)
+
+    def data_parallel(self, policy: nn.Module) -> LogProbEntropy:
+        """`policy.log_prob_entropy` wrapped in DDP; the rollout keeps using the plain module.
+
+        Construction broadcasts rank 0's parameters and buffers, so replicas start identical.
+        Buffers are constants derived from the spaces, so they are not re-synced every forward.
+        """
+        device = next(policy.parameters()).device
+        return nn.parallel.DistributedDataParallel(
+            _LogProbEntropy(policy),
+            device_ids=[device] if device.type == "cuda" else None,
+            forward_sync_buffers=False,
+        )
+
+    def sampling_seed(self, seed: int, update: int) -> int | None:
+        return rank_seed(seed, update, self.rank)
+
+    def gather(self, obj: Any) -> list[Any]:
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, obj, group=self._host_group)
+        return gathered
+
+
+def rank_seed(seed: int, update: int, rank: int) -> int:
+    """The seed of a rank's sampling at one update: a function of (seed, update, rank) alone,
+    so a resume with the same world size replays every rank's stream exactly without saving
+    K generator states, and a resume on another world size is still deterministic."""
+    digest = hashlib.blake2b(f"{seed}/{update}/{rank}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+class _LogProbEntropy(nn.Module):
+    """The update's forward as a module, so that DDP sees every parameter used in it.
+
+    DDP averages gradients only for work done through its own `forward`; the loss needs the
+    head's log-prob and entropy too (the Gaussian head owns a parameter), not just logits.
+    """
+
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.policy.log_prob_entropy(obs, actions)  # type: ignore[operator]
