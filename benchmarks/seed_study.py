@@ -37,6 +37,7 @@ from _common import machine_info, write_result
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+from grpo_trainer.envs import make_envs
 from grpo_trainer.evaluation import evaluate
 
 TARGET = 0.70
@@ -52,7 +53,7 @@ def make_trainer(overrides: dict[str, Any], seed: int) -> GRPOTrainer:
     fields = dict(overrides)
     run = RunConfig(**{**fields.pop("run", {}), "seed": seed, "progress": False})
     config = GRPOConfig(**fields, run=run)
-    return GRPOTrainer(gym.make_vec("FruitCatcher-v0", num_envs=config.num_envs), config)
+    return GRPOTrainer(make_envs(config, config.num_envs, torch.device("cpu")), config)
 
 
 def run_one(overrides: dict[str, Any], seed: int, eval_every: int) -> dict[str, Any]:
@@ -118,7 +119,7 @@ def main() -> int:
         metavar="NAME=JSON",
         help="a config to study (repeatable); default: 4, 6 and 8 epochs",
     )
-    parser.add_argument("--eval-every", type=int, default=400_000, help="env steps")
+    parser.add_argument("--eval-every", type=int, default=250_000, help="env steps")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel")
     parser.add_argument(
         "--throughput", action="store_true", help="only measure each config's env-steps/s"
