@@ -47,6 +47,10 @@ class Collective:
         """The union of every rank's names, in one order on every rank."""
         raise NotImplementedError
 
+    def finite(self, grad_norm: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+        """Whether to apply this step: a verdict every rank reaches alike (on the device)."""
+        raise NotImplementedError
+
     def data_parallel(self, policy: nn.Module) -> LogProbEntropy:
         """The update's forward: gradients through it are averaged over ranks."""
         raise NotImplementedError
@@ -73,6 +77,9 @@ class SingleProcess(Collective):
 
     def agree_names(self, names: list[str]) -> list[str]:
         return names
+
+    def finite(self, grad_norm: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+        return torch.isfinite(grad_norm) & torch.isfinite(loss)
 
     def data_parallel(self, policy: nn.Module) -> LogProbEntropy:
         return policy.log_prob_entropy  # type: ignore[return-value]
@@ -127,6 +134,10 @@ class TorchDistributed(Collective):
         for rank_names in gathered:
             union.update(dict.fromkeys(rank_names or []))
         return list(union)
+
+    def finite(self, grad_norm: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+        # Only the all-reduced gradient is shared; a rank's own loss is not.
+        return torch.isfinite(grad_norm)
 
     def data_parallel(self, policy: nn.Module) -> LogProbEntropy:
         """`policy.log_prob_entropy` wrapped in DDP; the rollout keeps using the plain module.

@@ -32,7 +32,7 @@ def _env_int(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name}={value!r} is not an int") from None
 
 
-def _local_device(device: torch.device, local_rank: int) -> torch.device:
+def local_device(device: torch.device, local_rank: int) -> torch.device:
     """CUDA ranks use cuda:LOCAL_RANK, one GPU per process; CPU ranks stay on the CPU."""
     if device.type != "cuda":
         return device
@@ -59,7 +59,7 @@ def init_from_env(device: torch.device) -> torch.device:
     world_size = _env_int("WORLD_SIZE", 1)
     if world_size <= 1 or is_distributed():
         return rank_device(device)
-    device = _local_device(device, _env_int("LOCAL_RANK", 0))
+    device = local_device(device, _env_int("LOCAL_RANK", 0))
     if device.type == "cuda":
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
@@ -107,7 +107,7 @@ def rank_device(device: torch.device) -> torch.device:
     """
     if not is_distributed() or "LOCAL_RANK" not in os.environ:
         return device
-    return _local_device(device, _env_int("LOCAL_RANK", 0))
+    return local_device(device, _env_int("LOCAL_RANK", 0))
 
 
 def collective() -> Collective:

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import torch
 from gymnasium.vector import AutoresetMode
 
+from grpo_trainer.config import GRPOConfig
 from grpo_trainer.env_io import EnvIO
 from grpo_trainer.episodes import EpisodeRunner, RunnerStep, play_until_ended
 from grpo_trainer.policy import ActionHead
@@ -372,3 +373,64 @@ class EpisodeRollout:
         obs = self.env.reset_groups(group_seeds, self.group_size)
         play_until_ended(self.runner, obs, recorder.act, horizon, on_step=recorder.record)
         return _rollout(self.buffer, self.runner, horizon)
+
+
+def make_rollout(
+    config: GRPOConfig,
+    env: EnvIO,
+    head: ActionHead,
+    obs_dtype: torch.dtype,
+    seeds: Callable[[int, int], list[int]],
+    generator: torch.Generator,
+) -> WindowedRollout | EpisodeRollout:
+    """The rollout a config asks for, with the restart strategy the env allows."""
+    obs_shape = tuple(env.observation_space.shape or ())
+    name = type(env.envs).__name__
+    if config.rollout == "episodes":
+        horizon = config.max_episode_steps or env.max_episode_steps()
+        if horizon is None:
+            raise ValueError(
+                "rollout='episodes' plays whole episodes: max_episode_steps is not set and "
+                "the env declares no limit; set it in the config"
+            )
+        buffer = RolloutBuffer(horizon, 0, env.num_envs, obs_shape, obs_dtype, head, env.device)
+        return EpisodeRollout(env, buffer, head, config.group_size)
+    buffer = RolloutBuffer(
+        config.steps_per_update,
+        config.window - 1,
+        env.num_envs,
+        obs_shape,
+        obs_dtype,
+        head,
+        env.device,
+    )
+    restarts: Restarts
+    if env.restarts == "independent":
+        if config.max_episode_steps is not None:
+            raise ValueError(
+                f"max_episode_steps: {name} restarts its sub-envs itself, so the trainer "
+                "cannot end episodes early; leave max_episode_steps unset"
+            )
+        warnings.warn(
+            f"{name} offers neither state snapshots nor masked seeded resets: its sub-envs "
+            "restart on their own, so group members are compared at the same step but not "
+            "in the same situation",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        restarts = IndependentRestarts(env, config.group_size, seeds)
+    else:
+        if config.branch_every and env.restarts != "snapshot":
+            raise ValueError(
+                f"branch_every: branching needs state snapshots, which {name} does not offer "
+                "(docs/env.md: sub-env state snapshots)"
+            )
+        restarts = GroupRestarts(
+            env,
+            config.group_size,
+            seeds,
+            generator,
+            every=config.restart_every,
+            branch_every=config.branch_every,
+        )
+    return WindowedRollout(env, buffer, head, restarts, config.max_episode_steps)

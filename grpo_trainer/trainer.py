@@ -42,11 +42,10 @@ from grpo_trainer.objective import LossTerms, grpo_loss
 from grpo_trainer.policy import Policy
 from grpo_trainer.rollout import (
     EpisodeRollout,
-    GroupRestarts,
-    IndependentRestarts,
     Rollout,
     RolloutBuffer,
     WindowedRollout,
+    make_rollout,
 )
 from grpo_trainer.schedules import lr_factor
 
@@ -137,57 +136,14 @@ class GRPOTrainer:
 
     def _make_rollout(self) -> None:
         cfg, env = self.config, self.env
-        obs_shape = tuple(env.observation_space.shape or ())
         obs_dtype = storage_dtype(env.observation_space, cfg.obs_storage)
-        head = self.policy.head
-        if cfg.rollout == "episodes":
-            self.max_horizon = cfg.max_episode_steps or env.max_episode_steps()
-            if self.max_horizon is None:
-                raise ValueError(
-                    "rollout='episodes' plays whole episodes: max_episode_steps is not set and "
-                    "the env declares no limit; set it in the config"
-                )
-            self.horizon = self.max_horizon
-            buffer = RolloutBuffer(
-                self.max_horizon, 0, cfg.num_envs, obs_shape, obs_dtype, head, self.device
-            )
-            self.rollout: WindowedRollout | EpisodeRollout = EpisodeRollout(
-                env, buffer, head, cfg.group_size
-            )
-            return
-        self.horizon = cfg.rollout_steps
-        buffer = RolloutBuffer(
-            cfg.rollout_steps, cfg.window - 1, cfg.num_envs, obs_shape, obs_dtype, head, self.device
+        self.rollout = make_rollout(
+            cfg, env, self.policy.head, obs_dtype, self.group_seeds, self.generator
         )
-        if env.restarts == "independent":
-            if cfg.max_episode_steps is not None:
-                raise ValueError(
-                    f"max_episode_steps: {type(env.envs).__name__} restarts its sub-envs itself, "
-                    "so the trainer cannot end episodes early; leave max_episode_steps unset"
-                )
-            warnings.warn(
-                f"{type(env.envs).__name__} offers neither state snapshots nor masked seeded "
-                "resets: its sub-envs restart on their own, so group members are compared at "
-                "the same step but not in the same situation",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            restarts = IndependentRestarts(env, cfg.group_size, self._group_seeds)
+        if isinstance(self.rollout, EpisodeRollout):
+            self.max_horizon = self.horizon = self.rollout.buffer.rows
         else:
-            if cfg.branch_every and env.restarts != "snapshot":
-                raise ValueError(
-                    f"branch_every: branching needs state snapshots, which "
-                    f"{type(env.envs).__name__} does not offer (docs/env.md: the state protocol)"
-                )
-            restarts = GroupRestarts(
-                env,
-                cfg.group_size,
-                self._group_seeds,
-                self.generator,
-                every=cfg.restart_every,
-                branch_every=cfg.branch_every,
-            )
-        self.rollout = WindowedRollout(env, buffer, head, restarts, cfg.max_episode_steps)
+            self.horizon = cfg.steps_per_update
 
     @property
     def buffer(self) -> RolloutBuffer:
@@ -215,7 +171,7 @@ class GRPOTrainer:
             self.generator.manual_seed(seed)
         self.policy.eval()
         if isinstance(self.rollout, EpisodeRollout):
-            seeds = self._group_seeds(self.update_index, self.config.num_groups)
+            seeds = self.group_seeds(self.update_index, self.config.num_groups)
             return self.rollout.collect(self.sample, self.generator, seeds, self.horizon)
         return self.rollout.collect(self.sample, self.generator)
 
@@ -292,7 +248,7 @@ class GRPOTrainer:
         """Advance the counters and add the host's figures to the metrics."""
         cfg = self.config
         self.update_index += 1
-        played = self.horizon if cfg.rollout == "episodes" else cfg.rollout_steps
+        played = self.horizon if cfg.rollout == "episodes" else cfg.steps_per_update
         self.env_steps += played * cfg.num_envs * self.collective.world_size
         self.train_s += rollout_s + update_s
         if cfg.rollout == "episodes":
@@ -358,10 +314,7 @@ class GRPOTrainer:
             self.scaler.unscale_(self.optimizer)
         params = [p for p in self.policy.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
-        # Across ranks only the all-reduced gradient is a shared verdict; the local loss is not.
-        finite = torch.isfinite(grad_norm)
-        if self.collective.world_size == 1:
-            finite = finite & torch.isfinite(loss)
+        finite = self.collective.finite(grad_norm, loss)
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -454,8 +407,9 @@ class GRPOTrainer:
                 del host[name]
         return UpdateResult(host, stop_agreed)
 
-    def _group_seeds(self, point: int, num_groups: int) -> list[int]:
-        """Distinct for every start point and rank, identical within a group."""
+    def group_seeds(self, point: int, num_groups: int) -> list[int]:
+        """The seeds groups start from at start point `point` (episodes mode: the update;
+        windowed: the n-th group start), one per group: distinct for every point and rank."""
         first = (point * self.collective.world_size + self.collective.rank) * num_groups
         return [self.config.run.seed * SEED_STRIDE + first + g for g in range(num_groups)]
 

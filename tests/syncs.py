@@ -1,33 +1,52 @@
-"""A counter of the aten operations that make a GPU wait for the host (or the host for it).
+"""Counting host syncs: a `TorchDispatchMode` that records the aten calls which copy device
+data to the host (a CUDA sync), so that a test on the CPU can assert that code would not
+sync on a GPU.
 
-On the CPU nothing waits, but the same operations run: `.item()`, `int()` and `float()` of a
-tensor (`_local_scalar_dense`), `bool()` (`is_nonzero`), and the data-dependent shapes of
-`nonzero` and `masked_select`. Counting them on the CPU measures what a CUDA run would sync.
+    with SyncCounter() as syncs:
+        env.step(actions)
+    assert syncs.count == 0, syncs.calls
+
+`Tensor.item()`, `int(t)`, `bool(t)` and `if t:` reach `aten._local_scalar_dense` (`bool`
+through `aten.is_nonzero`); `nonzero` and `masked_select` must read the data to know their
+output's size; `torch.equal` returns a Python bool. Indexing with a bool mask (`x[mask]`,
+`x[mask] = v`) reads the mask too: it reaches `aten.index` / `aten.index_put`, which call
+`nonzero` inside the kernel, out of this mode's sight, so those calls are counted as well.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-SYNC_OPS = ("_local_scalar_dense", "is_nonzero", "nonzero", "masked_select")
+aten = torch.ops.aten
+SYNC_OPS = frozenset({aten._local_scalar_dense, aten.is_nonzero, aten.nonzero, aten.masked_select})
+INDEX_OPS = frozenset({aten.index, aten.index_put, aten.index_put_, aten._index_put_impl_})
 
 
 class SyncCounter(TorchDispatchMode):
-    """`with SyncCounter() as syncs: ...`, then `syncs.total` and `syncs.by_op`."""
+    """Counts calls of `SYNC_OPS` while active; `calls` lists them in order."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.by_op: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        name = func.overloadpacket.__name__
-        if name in SYNC_OPS:
-            self.by_op[name] += 1
-        return func(*args, **(kwargs or {}))
+        self.calls: list[str] = []
 
     @property
-    def total(self) -> int:
-        return sum(self.by_op.values())
+    def count(self) -> int:
+        return len(self.calls)
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        packet = func.overloadpacket
+        if packet in SYNC_OPS or (packet in INDEX_OPS and _bool_index(args)):
+            self.calls.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _bool_index(args: tuple[Any, ...]) -> bool:
+    indices = args[1] if len(args) > 1 else ()
+    return any(
+        isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices
+    )

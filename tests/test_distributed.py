@@ -300,7 +300,7 @@ def test_without_torchrun_no_process_group_is_created(monkeypatch: pytest.Monkey
 
 def test_a_cuda_index_other_than_local_rank_is_refused() -> None:
     with pytest.raises(ValueError, match="LOCAL_RANK=0"):
-        distributed._local_device(torch.device("cuda", 1), 0)
+        distributed.local_device(torch.device("cuda", 1), 0)
 
 
 def test_rank_seeds_are_deterministic_and_distinct() -> None:

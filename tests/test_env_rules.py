@@ -1,7 +1,7 @@
 """The rules of Fruit Catcher, one hand-built scenario at a time.
 
 Each test builds a `core.FruitState` by hand (or plants one in a vector env through
-`env._state`) and checks one rule from DESIGN.md exactly. Spawning is made predictable with
+`env._state`) and checks one rule of docs/env.md exactly. Spawning is made predictable with
 `spawn_prob` 0.0 / 1.0 and by computing the column from the documented hash in `rng`.
 """
 

@@ -289,7 +289,7 @@ def test_episodes_mode_masks_steps_after_each_members_end() -> None:
     trainer = _trainer(_fruit(16, **kwargs), rollout="episodes", group_size=4, max_episode_steps=48)
     metrics = trainer.update()
     buffer = trainer.buffer
-    seeds = [s for s in trainer._group_seeds(0, 4) for _ in range(4)]
+    seeds = [s for s in trainer.group_seeds(0, 4) for _ in range(4)]
     raw_reward, raw_done = _replay(seeds, buffer.actions, **kwargs)
     steps = torch.arange(48)[:, None]
     first_done = torch.where(raw_done, steps, 48).min(0).values

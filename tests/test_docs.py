@@ -1,0 +1,48 @@
+"""docs/trainer.md stays true: its generated tables match the code, its snippets run, and
+no project file points at a design document outside the repository."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "trainer.md"
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import docs_tables  # noqa: E402
+
+
+def test_config_and_metrics_tables_are_generated_from_the_code() -> None:
+    """The tables equal what the dataclasses and the metrics registry say (regenerate them
+    with `python scripts/docs_tables.py`)."""
+    text = PAGE.read_text()
+    assert docs_tables.render(text) == text
+    for name in docs_tables.TABLES:
+        assert f"<!-- generated: {name} -->" in text
+
+
+def _snippets() -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", PAGE.read_text(), flags=re.MULTILINE | re.DOTALL)
+
+
+@pytest.mark.parametrize("index", range(len(_snippets())))
+def test_docs_trainer_snippet_runs(index: int) -> None:
+    exec(
+        compile(_snippets()[index], f"docs/trainer.md snippet {index}", "exec"),
+        {"__name__": "__doc__"},
+    )
+
+
+def test_no_file_cites_a_design_document_outside_the_repository() -> None:
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    for name in tracked:
+        if name.endswith((".py", ".md", ".toml", ".txt")) and name != "tests/test_docs.py":
+            text = (ROOT / name).read_text()
+            assert "DESIGN.md" not in text and "../shared" not in text, name
