@@ -15,7 +15,7 @@ _INT32_LIMIT = 2**31
 
 @dataclasses.dataclass(frozen=True)
 class FruitParams:
-    """The rules of one Fruit Catcher game (defaults from DESIGN.md)."""
+    """The rules of one Fruit Catcher game (the defaults are the game docs/env.md describes)."""
 
     width: int = 20
     height: int = 15
