@@ -21,10 +21,14 @@ T = TypeVar("T")
 
 
 def _mul32(x: T, c: int) -> T:
-    """(x * c) mod 2**32 for x < 2**32, split so that no product exceeds 2**49."""
-    lo = x * (c & 0xFFFF)  # type: ignore[operator]
-    hi = ((x * (c >> 16)) & 0xFFFF) << 16  # type: ignore[operator]
-    return (lo + hi) & MASK32  # type: ignore[operator]
+    """(x * c) mod 2**32 for 0 <= x < 2**32, in one multiply that never exceeds int64.
+
+    `c` is replaced by the member of its residue class mod 2**32 in [-2**31, 2**31), so
+    `|x * c| < 2**63`; the low 32 bits of the (possibly negative) product are the same, and
+    `& MASK32` reads them (two's complement, exact for Python ints, numpy and torch alike).
+    """
+    c = (c + 2**31) % 2**32 - 2**31
+    return (x * c) & MASK32  # type: ignore[operator]
 
 
 def mix32(x: T) -> T:

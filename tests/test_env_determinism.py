@@ -226,6 +226,27 @@ def test_hash_agrees_across_python_numpy_and_torch(
         assert all(0 <= c < width for c in columns)
 
 
+def _lowbias32(x: int) -> int:
+    """The hash as published (products reduced mod 2**32): what `rng.mix32` must compute."""
+    x ^= x >> 16
+    x = x * 0x7FEB352D % 2**32
+    x ^= x >> 15
+    x = x * 0x846CA68B % 2**32
+    return x ^ (x >> 16)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=16))
+def test_mix32_is_lowbias32_for_every_input_kind(values: list[int]) -> None:
+    """`rng.mix32`'s one-multiply products (signed constants, never beyond int64) give the
+    published hash exactly, on Python ints, numpy int64 and torch int64, edge values included."""
+    values = [*values, 0, 1, 2**31 - 1, 2**31, 2**32 - 1]
+    expected = [_lowbias32(v) for v in values]
+    assert [rng.mix32(v) for v in values] == expected
+    assert rng.mix32(np.array(values, dtype=np.int64)).tolist() == expected
+    assert rng.mix32(torch.tensor(values, dtype=torch.int64)).tolist() == expected
+
+
 # -- outputs do not alias the env's state --------------------------------------------------------
 
 
