@@ -520,21 +520,17 @@ def check_size(params: FruitParams, num_envs: int, device: torch.device) -> None
         return
     state = 4 * (3 * params.max_fruits + 6)
     if params.obs_mode == "pixels":
-        obs = params.height * params.width
+        obs, lower = params.height * params.width, "num_envs, width or height"
         sized = f"width={params.width}, height={params.height}, max_fruits={params.max_fruits}"
     else:
-        obs = 4 * params.obs_size
+        obs, lower = 4 * params.obs_size, "num_envs or max_fruits"
         sized = f"max_fruits={params.max_fruits}"
     need = num_envs * (state + obs)
     if need > memory:
         raise ValueError(
-            f"num_envs={num_envs} games with {sized} need {need / 2**30:,.1f} GiB for one "
-            f"state and one {params.obs_mode} observation, more than the "
-            f"{memory / 2**30:,.1f} GiB of {device}: lower num_envs, width or height"
-            if params.obs_mode == "pixels"
-            else f"num_envs={num_envs} games with {sized} need {need / 2**30:,.1f} GiB for one "
-            f"state and one observation, more than the {memory / 2**30:,.1f} GiB of {device}: "
-            "lower num_envs or max_fruits"
+            f"num_envs={num_envs} games with {sized} need {need / 2**30:,.1f} GiB for one state "
+            f"and one {params.obs_mode} observation, more than the {memory / 2**30:,.1f} GiB "
+            f"of {device}: lower {lower}"
         )
 
 
