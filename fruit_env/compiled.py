@@ -19,11 +19,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib
+import inspect
 import logging
 import os
 import platform
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ from fruit_env.transitions import Transition
 
 log = logging.getLogger("fruit_env")
 
-FORMAT = 1  # bump when the package's inputs or outputs change
+FORMAT = 1  # part of every package name: bump it to retire all cached packages
 EXAMPLE_ENVS = 64  # the batch size the graph is traced with (any size runs it)
 _SOURCES = (core, params, rng, transitions)  # their code is in the graph
 
@@ -67,7 +69,7 @@ def package_path(params: FruitParams, mode: AutoresetMode, device: torch.device)
         dataclasses.astuple(params),
         device.type,
         _machine(device),
-        *(Path(source).read_bytes() for source in _source_files()),
+        *_sources(),
     ):
         digest.update(repr(part).encode() if not isinstance(part, bytes) else part)
         digest.update(b"\0")
@@ -114,12 +116,22 @@ def load(params: FruitParams, mode: AutoresetMode, device: torch.device) -> Comp
     return CompiledStep(path, mode, device)
 
 
-def build(params: FruitParams, mode: AutoresetMode, device: torch.device, path: Path) -> None:
+def build(
+    params: FruitParams,
+    mode: AutoresetMode,
+    device: torch.device,
+    path: Path,
+    *,
+    static_envs: int | None = None,
+) -> None:
     """Export the transition with a dynamic batch dimension and compile it into `path`
-    (written under a temporary name first, so that a reader never sees half a package)."""
+    (written under a temporary name first, so that a reader never sees half a package).
+    `static_envs`: a graph for that batch size only instead (to measure what the dynamic
+    dimension costs: docs/performance.md)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     inductor = importlib.import_module("torch._inductor")  # the compiler, only to build
     module = _Step(transitions.TRANSITIONS[mode], params, core.OBSERVERS[params.obs_mode])
-    n = EXAMPLE_ENVS
+    n = static_envs or EXAMPLE_ENVS
     rows = 3 * params.max_fruits + 6
     example = (
         torch.zeros((rows, n), dtype=torch.int32, device=device),
@@ -128,16 +140,18 @@ def build(params: FruitParams, mode: AutoresetMode, device: torch.device, path: 
         torch.ones(n, dtype=torch.int64, device=device),
     )
     envs = torch.export.Dim("num_envs", min=1)
-    dynamic = ({1: envs}, {0: envs}, {0: envs}, {0: envs})
+    dynamic = None if static_envs else ({1: envs}, {0: envs}, {0: envs}, {0: envs})
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a serial kernel: see docs/performance.md
     try:
-        exported = torch.export.export(module, example, dynamic_shapes=dynamic, strict=False)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-            partial = Path(tmp) / path.name
-            inductor.aoti_compile_and_package(exported, package_path=str(partial))
-            os.replace(partial, path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch's own deprecations
+            warnings.simplefilter("ignore", DeprecationWarning)
+            exported = torch.export.export(module, example, dynamic_shapes=dynamic, strict=False)
+            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+                partial = Path(tmp) / path.name
+                inductor.aoti_compile_and_package(exported, package_path=str(partial))
+                os.replace(partial, path)
     finally:
         torch.set_num_threads(threads)
 
@@ -178,5 +192,7 @@ def _machine(device: torch.device) -> tuple[object, ...]:
     )
 
 
-def _source_files() -> list[str]:
-    return [str(module.__file__) for module in _SOURCES] + [__file__]
+def _sources() -> list[bytes]:
+    """The code that makes the graph: whole modules, and this module's export of it."""
+    modules = [Path(str(module.__file__)).read_bytes() for module in _SOURCES]
+    return [*modules, *(inspect.getsource(f).encode() for f in (_Step, build, CompiledStep))]
