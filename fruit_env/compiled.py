@@ -83,7 +83,10 @@ def is_cached(params: FruitParams, mode: AutoresetMode, device: torch.device) ->
 
 class CompiledStep:
     """A loaded package: `step(packed, key, counter, action)` -> `Transition`, like the
-    transition it was built from (`action` must be int64 and contiguous)."""
+    transition it was built from, except that the next state and counters are written into
+    `packed` and `counter` (returned as the transition's): in place, the kernel has half the
+    row pointers to keep, which is what makes one graph for every size as fast as one per
+    size (docs/performance.md). `action` must be int64 and contiguous."""
 
     def __init__(self, path: Path, mode: AutoresetMode, device: torch.device) -> None:
         index = device.index if device.type == "cuda" and device.index is not None else -1
@@ -94,8 +97,8 @@ class CompiledStep:
         self, packed: torch.Tensor, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
     ) -> Transition:
         out = self._loader.boxed_run([packed, key, counter, action])
-        final_obs = out[10] if self._same_step else None
-        return Transition(*out[:5], tuple(out[5:9]), final_obs, out[9])
+        final_obs = out[8] if self._same_step else None
+        return Transition(packed, counter, *out[:3], tuple(out[3:7]), final_obs, out[7])
 
 
 def load(params: FruitParams, mode: AutoresetMode, device: torch.device) -> CompiledStep:
@@ -157,7 +160,8 @@ def build(
 
 
 class _Step(torch.nn.Module):
-    """A transition as a module with a flat tuple of tensors out, for `torch.export`."""
+    """A transition as a module for `torch.export`: the next state and counters written
+    into the inputs, the other outputs as a flat tuple of tensors."""
 
     def __init__(
         self, transition: Callable[..., Transition], params: FruitParams, observe: Any
@@ -169,7 +173,9 @@ class _Step(torch.nn.Module):
         self, packed: torch.Tensor, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
     ) -> tuple[torch.Tensor, ...]:
         t = self.transition(self.params, self.observe, packed, key, counter, action)
-        out = (t.packed, t.counter, t.obs, t.reward, t.flags, *t.episode, t.invalid)
+        packed.copy_(t.packed)
+        counter.copy_(t.counter)
+        out = (t.obs, t.reward, t.flags, *t.episode, t.invalid)
         return out if t.final_obs is None else (*out, t.final_obs)
 
 

@@ -289,30 +289,32 @@ class FruitCatcherVectorEnv(VectorEnv):
 
     # -- the two steps -------------------------------------------------------------------------
 
-    def _step_eager(self, actions: torch.Tensor) -> StepOutput:
+    def _checked(self, actions: torch.Tensor) -> torch.Tensor:
+        """The actions a step may take: checked now ("immediate"), or clamped (and recorded
+        when "deferred"); the compiled step clamps and flags in its graph."""
         if self._check == "immediate":
             low, high = torch.aminmax(actions)
             if int(low) < 0 or int(high) > 2:  # host reads: free on the CPU
                 raise _invalid_action(actions)
-        else:
-            clamped = actions.clamp(0, 2)
-            if self._check == "deferred":
-                self._record((clamped != actions).any(), actions)
-            actions = clamped
+            return actions
+        if self._compiled is not None:
+            return actions
+        clamped = actions.clamp(0, 2)
+        if self._check == "deferred":
+            self._record((clamped != actions).any(), actions)
+        return clamped
+
+    def _step_eager(self, actions: torch.Tensor) -> StepOutput:
         self._packed, out = self._eager(  # type: ignore[misc]
-            self._packed, self._key, self._counter, actions
+            self._packed, self._key, self._counter, self._checked(actions)
         )
         return out
 
     def _step_compiled(self, actions: torch.Tensor) -> StepOutput:
-        t = self._compiled(  # type: ignore[misc]
-            self._packed, self._key, self._counter, actions.to(torch.int64).contiguous()
-        )
-        if self._check == "immediate" and t.invalid:  # one host read; the state is not kept
-            raise _invalid_action(actions)
+        checked = self._checked(actions).to(torch.int64).contiguous()
+        t = self._compiled(self._packed, self._key, self._counter, checked)  # type: ignore[misc]
         if self._check == "deferred":
             self._record(t.invalid, actions)
-        self._packed, self._counter = t.packed, t.counter
         # One tensor each (not views of one): DLPack consumers such as JAX copy unaligned views.
         terminated, truncated, ended = (flag.to(torch.bool) for flag in t.flags)
         return StepOutput(t.obs, t.reward, terminated, truncated, ended, t.episode, t.final_obs)
@@ -471,7 +473,7 @@ _LOGGED: set[str] = set()
 
 
 def _log_once(message: str, *args: object) -> None:
-    """INFO on the `fruit_env` logger, once per process for each message."""
+    """INFO on the `fruit_env` logger, once per process for each distinct message."""
     text = message % args
     if text not in _LOGGED:
         _LOGGED.add(text)
@@ -496,9 +498,12 @@ def _compiled_step(
         return None
     if choice == "auto" and device.type != "cuda" and not compiled.is_cached(params, mode, device):
         _log_once(
-            "FruitCatcher: eager step on %s (compile='auto': no compiled step is cached for "
-            "these rules and autoreset mode; compile=True builds one, once per machine)",
+            "FruitCatcher: eager step on %s (compile='auto': no compiled step for these rules, "
+            "%s, %s observations in %s; compile=True builds it, once per machine)",
             device.type,
+            mode.name,
+            params.obs_mode,
+            compiled.cache_dir(),
         )
         return None
     try:
@@ -508,7 +513,13 @@ def _compiled_step(
         return None
     if choice == "auto":
         reason = "CUDA" if device.type == "cuda" else "cached"
-        _log_once("FruitCatcher: compiled step on %s (compile='auto': %s)", device.type, reason)
+        _log_once(
+            "FruitCatcher: compiled step on %s (compile='auto': %s) for %s, %s observations",
+            device.type,
+            reason,
+            mode.name,
+            params.obs_mode,
+        )
     return step
 
 

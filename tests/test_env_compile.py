@@ -73,6 +73,7 @@ def test_auto_runs_the_eager_step_on_the_cpu_without_a_package(
     FruitCatcherVectorEnv(4, max_episode_steps=7, obs_mode="pixels")
     choices = [r.getMessage() for r in caplog.records if "compile='auto'" in r.getMessage()]
     assert len(choices) == 1 and "eager step on cpu" in choices[0], choices
+    assert str(empty_cache) in choices[0]
     assert list(empty_cache.iterdir()) == []
 
 
@@ -128,7 +129,7 @@ def test_a_second_process_loads_the_package_without_compiling(shared_cache: Path
     )
     assert "compiled True" in done.stdout, done.stdout + done.stderr
     assert "compiling" not in done.stdout
-    assert "compiled step on cpu (compile='auto': cached)" in done.stdout
+    assert "compiled step on cpu (compile='auto': cached) for NEXT_STEP" in done.stdout
 
 
 def test_compile_true_falls_back_to_eager_when_it_cannot_build(
