@@ -133,7 +133,9 @@ def build(
     dimension costs: docs/performance.md)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     inductor = importlib.import_module("torch._inductor")  # the compiler, only to build
-    module = _Step(transitions.TRANSITIONS[mode], params, core.OBSERVERS[params.obs_mode])
+    module = _Step(
+        transitions.TRANSITIONS[mode], params, transitions.COMPILED_OBSERVERS[params.obs_mode]
+    )
     n = static_envs or EXAMPLE_ENVS
     rows = 3 * params.max_fruits + 6
     example = (

@@ -202,6 +202,31 @@ def disabled(
     )
 
 
+def scattered_pixels(params: FruitParams, game: core.Game) -> torch.Tensor:
+    """`core.pixels` built by scattering into a zeroed image, as the compiled step does:
+    compiled, `core.pixels` compares every pixel with every fruit and the basket, while this
+    writes each pixel once plus one write per fruit and basket cell (docs/performance.md).
+
+    An inactive slot writes its 255 into the basket's first cell, which the basket then
+    overwrites; active fruits are above the bottom row, so the basket never hides one.
+    Cells written twice by one scatter get the same value both times: order does not matter.
+    Equal to `core.pixels` on the states the rules reach (tests/test_env_packed.py).
+    """
+    n, w, h = game.basket.shape[0], params.width, params.height
+    image = torch.zeros((n, h * w), dtype=torch.uint8, device=game.basket.device)
+    left = game.basket.to(torch.int64) + (h - 1) * w  # the basket's first cell
+    cells = [
+        (y.to(torch.int64) * w + x - left) * active + left
+        for x, y, active in zip(game.fruit_x, game.fruit_y, game.active, strict=True)
+    ]
+    image = image.scatter(1, torch.stack(cells, 1), core.FRUIT_PIXEL)
+    basket = left.view(n, 1) + torch.arange(params.basket_width, device=left.device)
+    return image.scatter(1, basket, core.BASKET_PIXEL).view(n, 1, h, w)
+
+
+# What the compiled step observes with: the same values as core.OBSERVERS.
+COMPILED_OBSERVERS = {"features": core.features, "pixels": scattered_pixels}
+
 TRANSITIONS = {
     AutoresetMode.NEXT_STEP: next_step,
     AutoresetMode.SAME_STEP: same_step,

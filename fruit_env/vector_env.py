@@ -33,7 +33,7 @@ from fruit_env import compiled, core, packed, rng
 from fruit_env.packed import StepOutput
 from fruit_env.params import FruitParams
 from fruit_env.render import RENDER_FPS, RENDER_MODES, ansi_board, rgb_frame
-from fruit_env.transitions import pack, unpack
+from fruit_env.transitions import COMPILED_OBSERVERS, pack, unpack
 
 log = logging.getLogger("fruit_env")
 
@@ -187,7 +187,7 @@ class FruitCatcherVectorEnv(VectorEnv):
             game, pending = unpack(self._packed)
             game = core.restart(p, game, mask, core.draw(p, key, counter))
             self._packed, counter = pack(game, pending & ~mask), counter + mask
-            obs = core.OBSERVERS[p.obs_mode](p, game)
+            obs = COMPILED_OBSERVERS[p.obs_mode](p, game)
         self._key, self._counter = key, counter
         self._needs_reset = False
         return obs, {}
@@ -359,9 +359,9 @@ class FruitCatcherVectorEnv(VectorEnv):
                 f"({expected[0]},): it is from another env or another index"
             )
         snapshot = SubEnvSnapshot(*(t.to(self.device) for t in snapshot))
-        self._packed = self._packed.index_copy(1, index, snapshot.packed)
-        self._key = self._key.index_copy(0, index, snapshot.key)
-        self._counter = self._counter.index_copy(0, index, snapshot.counter)
+        self._packed.index_copy_(1, index, snapshot.packed)  # the env's own tensors
+        self._key.index_copy_(0, index, snapshot.key)
+        self._counter.index_copy_(0, index, snapshot.counter)
 
     def _state_index(self, index: Any) -> torch.Tensor:
         if not isinstance(index, torch.Tensor):

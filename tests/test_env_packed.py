@@ -1,5 +1,5 @@
 """The eager step (`packed.EagerStep`) is the reference transition (`transitions.py`, core's
-rules), bit for bit, on every output.
+rules), bit for bit, on every output; the compiled step's pixel observer is core's.
 
 States are drawn at random among those that `packed` assumes (module docstring): inactive
 slots at x = y = 0, active fruits on the board above the bottom row, the basket on the board,
@@ -11,6 +11,7 @@ in every autoreset mode and observation mode, and a masked reset.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -185,3 +186,13 @@ def test_episode_rows_are_separately_aligned(obs_mode: str) -> None:
     )
     for row in out.episode[1:]:
         assert row.is_contiguous() and row.data_ptr() % 64 == 0
+
+
+@SETTINGS
+@given(case=cases())
+def test_the_compiled_steps_pixels_are_cores(case: dict[str, Any]) -> None:
+    """`transitions.scattered_pixels`, the pixel observer the compiled step is built with,
+    draws `core.pixels`' image."""
+    p = FruitParams(**{**dataclasses.asdict(case["params"]), "obs_mode": "pixels"})
+    game, _ = transitions.unpack(case["state"][0])
+    assert torch.equal(transitions.scattered_pixels(p, game), core.pixels(p, game))
