@@ -401,7 +401,8 @@ class EagerStep:
                 mask = sc.flag.copy_(ended)
                 restart(p, new, mask, draw(p, key, counter, sc)[0], sc)
                 counter.add_(mask)
-        episode = (stats[0].to(torch.float32), stats[1], stats[2], stats[3])
+        score, *counts = stats.unbind()
+        episode = (score.to(torch.float32), *counts)
         output = StepOutput(self._observe(p, new, sc), reward, *flags, ended, episode, final_obs)
         return new.packed, output
 

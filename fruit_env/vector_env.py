@@ -420,6 +420,8 @@ class FruitCatcherVectorEnv(VectorEnv):
         if actions.dtype in _WIDE_UNSIGNED:  # torch has few kernels for these dtypes
             actions = actions.to(torch.int64)
         # The range check (or the clamp) is the step's: see `_step_eager`, `_step_compiled`.
+        if actions.device == self.device:
+            return actions
         return _to_device(actions, self.device, "actions", non_blocking=True)
 
     def _reset_mask(self, mask: Any) -> torch.Tensor:
