@@ -269,63 +269,58 @@ def cold_then_warm(obs_mode: str, device: torch.device, sizes: tuple[int, ...]) 
 
 
 def static_vs_dynamic(n: int, device: torch.device, repeats: int, quick: bool) -> dict[str, Any]:
-    """The compiled NEXT_STEP features step for `n` envs only (static shapes) against the
-    package for every size, raw calls in turns."""
+    """What one package for every size costs: the compiled NEXT_STEP features step built for
+    `n` envs only (static shapes) against the package for every size (dynamic batch
+    dimension), as whole `env.step` calls and as bare calls of the compiled step, in turns."""
     params, mode = FruitParams(), AutoresetMode.NEXT_STEP
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    actions = action_bank(n, device)
+    count = block_steps(n, quick)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "static.pt2"
         started = time.perf_counter()
         compiled.build(params, mode, device, path, static_envs=n)
         build_s = time.perf_counter() - started
-        steps = {
-            "static": compiled.CompiledStep(path, mode, device),
-            "dynamic": compiled.load(params, mode, device),
-        }
-        env = make_env(n, device, "features", compile=False)
-        env.reset(seed=0)
-        actions = action_bank(n, device)
-        state = {
-            name: [env.unwrapped._packed.clone(), env.unwrapped._counter.clone()] for name in steps
-        }
-        key = env.unwrapped._key
-
-        def stepper(name: str, count: int) -> Callable[[], None]:
-            step, s = steps[name], state[name]
-
-            def run() -> None:
-                for i in range(count):
-                    t = step(s[0], key, s[1], actions[i % len(actions)])
-                    s[0], s[1] = t.packed, t.counter
-
-            return run
-
-        count = block_steps(n, quick)
-        variants = {name: (stepper(name, count), count) for name in steps}
+        envs, bare = {}, {}
+        for name in ("static", "dynamic"):
+            env = make_env(n, device, "features", compile=True).unwrapped
+            if name == "static":  # the same env with the one-size package plugged in
+                env._compiled = compiled.CompiledStep(path, mode, device)
+            env.reset(seed=0)
+            envs[f"env.step, {name}"] = (make_stepper(env, actions, count), count)
+            bare[f"compiled step alone, {name}"] = (_bare(env, actions, count), count)
+        variants = {**envs, **bare}
         for run, _ in variants.values():
             run()
-        sync = torch.cuda.synchronize if device.type == "cuda" else None
         timed = time_variants(variants, n, max(repeats, 9), sync)
-    paired = [
-        d / s
-        for d, s in zip(
-            timed["dynamic"]["block_seconds"], timed["static"]["block_seconds"], strict=True
+    result: dict[str, Any] = {"num_envs": n, "static_build_seconds": build_s, "rows": timed}
+    for what in ("env.step", "compiled step alone"):
+        dynamic, static = timed[f"{what}, dynamic"], timed[f"{what}, static"]
+        paired = [
+            d / s for d, s in zip(dynamic["block_seconds"], static["block_seconds"], strict=True)
+        ]
+        ratio = statistics.median(dynamic["block_seconds"]) / statistics.median(
+            static["block_seconds"]
         )
-    ]
-    result = {
-        "num_envs": n,
-        "static_build_seconds": build_s,
-        "rows": timed,
-        "dynamic_over_static_time": statistics.median(timed["dynamic"]["block_seconds"])
-        / statistics.median(timed["static"]["block_seconds"]),
-        "dynamic_over_static_time_paired": statistics.median(paired),
-    }
-    print(
-        f"compiled step at {n:,} envs, one package for every size vs one for this size: "
-        f"{result['dynamic_over_static_time']:.3f}x the time "
-        f"(paired {result['dynamic_over_static_time_paired']:.3f}x)",
-        flush=True,
-    )
+        result[what] = {"dynamic_over_static_time": ratio, "paired": statistics.median(paired)}
+        print(
+            f"{what} at {n:,} envs, the package for every size vs one for this size: "
+            f"{ratio:.3f}x the time (paired {statistics.median(paired):.3f}x)",
+            flush=True,
+        )
     return result
+
+
+def _bare(env: Any, actions: torch.Tensor, count: int) -> Callable[[], None]:
+    """`count` calls of an env's compiled step alone on the env's state."""
+    step, key = env._compiled, env._key
+    state = [env._packed.clone(), env._counter.clone()]
+
+    def run() -> None:
+        for i in range(count):
+            step(state[0], key, state[1], actions[i % len(actions)])  # in place
+
+    return run
 
 
 def copy_bandwidth(device: torch.device) -> dict[str, float]:

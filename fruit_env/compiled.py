@@ -17,12 +17,13 @@ machine's CPU) or the GPU's compute capability. Deleting the folder is always sa
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib
-import inspect
 import logging
 import os
 import platform
+import sys
 import tempfile
 import time
 import warnings
@@ -200,7 +201,16 @@ def _machine(device: torch.device) -> tuple[object, ...]:
     )
 
 
-def _sources() -> list[bytes]:
-    """The code that makes the graph: whole modules, and this module's export of it."""
-    modules = [Path(str(module.__file__)).read_bytes() for module in _SOURCES]
-    return [*modules, *(inspect.getsource(f).encode() for f in (_Step, build, CompiledStep))]
+@functools.cache
+def _sources() -> tuple[bytes, ...]:
+    """The code that makes the graph: the modules it traces, and this one, which exports it."""
+    return tuple(Path(str(m.__file__)).read_bytes() for m in (*_SOURCES, sys.modules[__name__]))
+
+
+@functools.cache
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return ""
