@@ -58,7 +58,7 @@ from _common import machine_info, median_time, write_result
 from naive_env import NaiveFruitCatcher
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
-from fruit_env import FruitParams, compiled
+from fruit_env import FruitParams
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_SIZES = (64, 256, 1024, 4096, 16384, 65536)
@@ -272,6 +272,8 @@ def static_vs_dynamic(n: int, device: torch.device, repeats: int, quick: bool) -
     """What one package for every size costs: the compiled NEXT_STEP features step built for
     `n` envs only (static shapes) against the package for every size (dynamic batch
     dimension), as whole `env.step` calls and as bare calls of the compiled step, in turns."""
+    from fruit_env import compiled  # here: --ab workers import this file with older fruit_envs
+
     params, mode = FruitParams(), AutoresetMode.NEXT_STEP
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     actions = action_bank(n, device)
