@@ -1,19 +1,21 @@
 """The rules of `core.py` once more, as few eager kernels on the packed state.
 
 `core.py` is the readable source of truth: one `(N,)` tensor per field and fruit slot, which
-torch.compile fuses into one loop. Run eagerly, that form costs one kernel per field and slot
-(~200 per step), and an eager kernel has a fixed cost: a few microseconds of dispatch on a
-CPU, a launch on a GPU. Here the same rules work on the packed state of `vector_env.py`
-(`pack`: one int32 row per field and slot), a block of rows at a time, with 0/1 int32 masks
+the compiled step fuses into one loop. Run eagerly, that form costs one kernel per field and
+slot (~200 per step), and an eager kernel has a fixed cost: a few microseconds of dispatch
+on a CPU, a launch on a GPU. Here the same rules work on the packed state
+(`transitions.pack`: one int32 row per field and slot), a block of rows at a time, with 0/1
+int32 masks
 in arithmetic instead of bool tensors (on the CPU a comparison into int32 is ~3x faster than
 into bool, and `torch.where` several times slower than a multiply), and with temporaries in
 buffers allocated once per env (`Scratch`). Measured in docs/performance.md.
 
 The two forms agree bit for bit on every output, in every autoreset mode and observation mode:
-tests/test_env_packed.py checks it over random rules, states and actions. The fast form relies
-on the invariants that the rules keep (and that `valid_state` in the tests states): an
-inactive slot holds x = y = 0, an active fruit is on the board above the bottom row, the
-basket is on the board, and the 0/1 rows hold 0 or 1.
+tests/test_env_packed.py checks it over random rules, states and actions. This form relies on
+properties of every state the rules reach (test_env_properties checks them; the `states`
+strategy of test_env_packed draws states with just these): an inactive slot holds x = y = 0,
+an active fruit is on the board above the bottom row, the basket is on the board, and the
+0/1 rows hold 0 or 1.
 """
 
 from __future__ import annotations

@@ -38,7 +38,6 @@ from fruit_env.transitions import COMPILED_OBSERVERS, pack, unpack
 log = logging.getLogger("fruit_env")
 
 EPISODE_KEYS = ("r", "l", "caught", "missed")
-COMPILE_CHOICES = (True, False, "auto")
 ACTION_CHECKS = (True, False, "immediate", "deferred")
 _EAGER_MODES = {
     AutoresetMode.NEXT_STEP: "next_step",
@@ -107,7 +106,7 @@ class FruitCatcherVectorEnv(VectorEnv):
             raise ValueError(
                 f"render_mode must be one of {RENDER_MODES} or None, got {render_mode!r}"
             )
-        if not any(compile is choice for choice in COMPILE_CHOICES):
+        if not (isinstance(compile, bool) or (isinstance(compile, str) and compile == "auto")):
             raise ValueError(f"compile must be True, False or 'auto', got {compile!r}")
         self.params = FruitParams(**rules)
         self.num_envs = int(num_envs)
@@ -251,7 +250,7 @@ class FruitCatcherVectorEnv(VectorEnv):
 
     @validate_actions.setter
     def validate_actions(self, value: bool | str) -> None:
-        if not any(value is v if isinstance(v, bool) else value == v for v in ACTION_CHECKS):
+        if not (isinstance(value, bool) or (isinstance(value, str) and value in ACTION_CHECKS)):
             raise ValueError(
                 f"validate_actions must be True, False, 'immediate' or 'deferred', got {value!r}"
             )

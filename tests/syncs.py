@@ -8,9 +8,9 @@ sync on a GPU.
 
 `Tensor.item()`, `int(t)`, `bool(t)` and `if t:` reach `aten._local_scalar_dense` (`bool`
 through `aten.is_nonzero`); `nonzero` and `masked_select` must read the data to know their
-output's size. So must indexing with a bool mask (`x[mask]`, `x[mask] = v`), which reaches
-`aten.index` / `aten.index_put` and calls `nonzero` inside the kernel, out of this mode's
-sight: those calls are counted too.
+output's size; `torch.equal` returns a Python bool. Indexing with a bool mask (`x[mask]`,
+`x[mask] = v`) reads the mask too: it reaches `aten.index` / `aten.index_put`, which call
+`nonzero` inside the kernel, out of this mode's sight, so those calls are counted as well.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode
+from syncs import SyncCounter
 
 from fruit_env import FruitCatcherVectorEnv, compiled
 
@@ -164,3 +165,24 @@ def test_package_names_follow_what_the_code_depends_on(shared_cache: Path) -> No
     }
     assert len(paths) == 9
     assert all(p.parent == shared_cache for p in paths)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("validation", [False, "deferred"])
+def test_the_compiled_step_reads_nothing_on_the_host(shared_cache: Path, validation: Any) -> None:
+    """The shell around the compiled step syncs no more than the eager one: no host read per
+    step with the trainer's settings or deferred validation; the deferred check still
+    reports an invalid action."""
+    env = FruitCatcherVectorEnv(6, compile=True, validate_actions=validation, **SHORT)
+    assert env.compiled is True
+    env.reset(seed=0)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(10):
+        actions = torch.randint(0, 3, (6,), generator=gen)
+        actions[4] = 5 if step == 3 else actions[4]
+        with SyncCounter() as syncs:
+            env.step(actions)
+        assert syncs.count == 0, syncs.calls
+    if validation == "deferred":
+        with pytest.raises(ValueError, match="sub-env 4 got 5"):
+            env.check_actions()
