@@ -29,7 +29,7 @@ from fruit_env.params import FruitParams
 
 
 class Layout(NamedTuple):
-    """Row indices of the packed state (see `pack`) for `max_fruits` slots."""
+    """Row indices of the packed state (see `transitions.pack`) for `slots` fruit slots."""
 
     slots: int
 
@@ -48,11 +48,6 @@ class Layout(NamedTuple):
     @property
     def active(self) -> slice:
         return slice(1 + 2 * self.slots, 1 + 3 * self.slots)
-
-    @property
-    def board(self) -> slice:
-        """Basket and fruit rows: what a restart clears and an observation shows."""
-        return slice(0, 1 + 3 * self.slots)
 
     @property
     def stats(self) -> slice:
