@@ -1,27 +1,35 @@
-"""Env-steps per second of FruitCatcher-v0: the torch vector env (eager and torch.compile'd)
-against Gymnasium's SyncVectorEnv of the single-game env (the per-game Python reference).
+"""Env-steps per second of FruitCatcher-v0: the vector env's eager and compiled steps against a
+naive eager torch version of the same game (benchmarks/naive_env.py), timed in one run.
 
-    python benchmarks/env_throughput.py            # full: 64 .. 65536 envs (CPU), 64 .. 4M (GPU)
-    python benchmarks/env_throughput.py --quick    # under a minute once torch.compile is cached
+    python benchmarks/env_throughput.py            # full: 64 .. 65536 envs (CPU), both obs modes
+    python benchmarks/env_throughput.py --quick    # 1024 and 16384 envs, fewer blocks
     python benchmarks/env_throughput.py --device cuda --sizes 1048576 4194304
     python benchmarks/env_throughput.py --ab f0a5dfb HEAD --sizes 16384   # git revisions A/B
 
-Method. Actions are random integers in {0, 1, 2}, generated before timing as a bank of
-int64 tensors on the env's device (`torch.randint`, the dtype a Categorical policy samples);
-each step takes the next tensor of the bank. An env is reset, stepped untimed (the first
-compiled step includes torch.compile: its time is reported separately as the compile time),
-then timed in `repeats` blocks of `steps` steps; the table shows the median block's env-steps
-per second and the JSON keeps every block. Variants are timed in turns (eager block, compiled
-block, eager block, ...), so that a change in a shared machine's load hits them alike. On
-CUDA a block ends with `torch.cuda.synchronize()`.
+What one run does, in order (CPU; CUDA is the same without the cold phase's meaning):
 
-`--ab REV ...` times `fruit_env` as it is at each git revision, in fresh processes launched in
-turns (round-robin, alternating order), each with its own torch.compile cache: the first
-round's compile time is a cold compile.
+1. Points `FRUIT_ENV_CACHE_DIR` at an empty folder (or `--cache-dir`): the state of a new
+   machine. `gymnasium.make_vec("FruitCatcher-v0", num_envs=N)`, the default, runs the eager
+   step there (`compile="auto"` does not compile on the CPU); recorded.
+2. Builds the compiled step in a fresh process with an empty inductor cache too: the
+   once-per-machine compile time.
+3. Starts a second fresh process that makes the default env, resets it and steps once, for
+   two sizes: how soon a new process steps once the package is cached (wall time from
+   interpreter start, `import torch` and the rest, and from the env's construction).
+4. Times, at each size, in turns (one block of each variant, round after round, so that a
+   change in a shared machine's load hits all alike): the naive version ("naive"), the eager
+   step (`compile=False`: the default with no cached package), the compiled step
+   (`compile=True`: the default once cached), and Gymnasium's `SyncVectorEnv` of the
+   single-game env at small sizes. Ratios are to the naive version's median block at that
+   size, and per round (the paired ratio: the median over rounds of the two blocks' ratio).
+5. Times the compiled step built for one size (static shapes) against the one built for
+   every size (dynamic batch dimension), in turns: what the single package costs.
 
-Envs use their defaults (NEXT_STEP autoreset, feature observations), except that on CUDA
-`validate_actions=False`: the action check costs a device-to-host sync per step there (on the
-CPU it is one flag read, and stays on).
+Actions are random integers in {0, 1, 2}, generated before timing as a bank of int64 tensors
+on the device; each step takes the next. Envs use their defaults (NEXT_STEP autoreset,
+action validation: on the CPU one flag read per step; the naive version checks nothing).
+On CUDA a block ends with `torch.cuda.synchronize()`. The JSON (`benchmarks/results/`)
+keeps every block, the machine, the versions and the settings.
 """
 
 from __future__ import annotations
@@ -43,25 +51,29 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.vector import AutoresetMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_info, median_time, write_result
+from naive_env import NaiveFruitCatcher
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
+from fruit_env import FruitParams
 
+ROOT = Path(__file__).resolve().parents[1]
 CPU_SIZES = (64, 256, 1024, 4096, 16384, 65536)
 GPU_SIZES = (64, 1024, 16384, 65536, 262144, 1048576, 4194304)
-SYNC_SIZES = (64, 256, 1024)
+PIXEL_SIZES = (256, 4096, 16384)  # the naive pixel step takes ~0.1 s at 16384 envs
+SYNC_SIZES = (64, 256)
 QUICK_SIZES = (1024, 16384)
-QUICK_COMPILED_SIZES = (16384,)  # each size compiles anew (static shapes)
-QUICK_SYNC_SIZES = (256,)
+REFERENCE_ENVS = 16384
 ACTION_BANK_BYTES = 256 * 2**20  # at most this much memory for pre-generated actions
 TARGET_ENV_STEPS = 4_000_000  # env steps per timed block (before the clamps in `block_steps`)
 
 
-def block_steps(num_envs: int, quick: bool, reference: bool = False) -> int:
-    """Steps per timed block: about TARGET_ENV_STEPS env steps, 5 to 500 steps."""
-    target = TARGET_ENV_STEPS // (40 if reference else 1) // (4 if quick else 1)
+def block_steps(num_envs: int, quick: bool, divide: int = 1) -> int:
+    """Steps per timed block: about TARGET_ENV_STEPS / divide env steps, 5 to 500 steps."""
+    target = TARGET_ENV_STEPS // divide // (4 if quick else 1)
     return max(5, min(500, target // num_envs))
 
 
@@ -87,67 +99,230 @@ def make_stepper(env: Any, actions: Any, steps: int) -> Callable[[], None]:
     return run
 
 
-def bench_vector(
-    sizes: tuple[int, ...],
-    compiled_sizes: tuple[int, ...],
-    device: torch.device,
+def make_env(n: int, device: torch.device, obs_mode: str, **kwargs: Any) -> Any:
+    return gym.make_vec("FruitCatcher-v0", num_envs=n, device=device, obs_mode=obs_mode, **kwargs)
+
+
+def time_variants(
+    variants: dict[str, tuple[Callable[[], None], int]],
+    n: int,
     repeats: int,
-    quick: bool,
-    quiet: bool = False,
+    sync: Callable[[], object] | None,
+) -> dict[str, dict[str, Any]]:
+    """Blocks of each variant in turns (alternating the order each round): wall and CPU
+    seconds per block, page faults."""
+    out: dict[str, dict[str, Any]] = {
+        name: {"steps_per_block": steps, "block_seconds": [], "block_cpu_seconds": [], "faults": 0}
+        for name, (_, steps) in variants.items()
+    }
+    names = list(variants)
+    for r in range(repeats):
+        for name in names if r % 2 == 0 else names[::-1]:
+            run, _ = variants[name]
+            before = _minor_faults()
+            timing = median_time(run, repeats=1, warmup=0, sync=sync)
+            out[name]["faults"] += _minor_faults() - before
+            out[name]["block_seconds"] += timing.wall
+            out[name]["block_cpu_seconds"] += timing.cpu
+    for row in out.values():
+        steps = row["steps_per_block"]
+        row["env_steps_per_s"] = n * steps / statistics.median(row["block_seconds"])
+        row["minor_page_faults_per_step"] = row.pop("faults") / (repeats * steps)
+    return out
+
+
+def bench_size(
+    n: int, obs_mode: str, device: torch.device, repeats: int, quick: bool, sync_sizes: tuple
 ) -> list[dict[str, Any]]:
-    rows = []
+    """Naive, eager, compiled (and SyncVectorEnv) at one size, in turns."""
     sync = torch.cuda.synchronize if device.type == "cuda" else None
-    validate = device.type != "cuda"
-    for n in sorted(set(sizes) | set(compiled_sizes)):
+    actions = action_bank(n, device)
+    naive_divide = 40 if obs_mode == "pixels" else 1
+    variants: dict[str, tuple[Callable[[], None], int]] = {}
+    naive = NaiveFruitCatcher(n, device=device, obs_mode=obs_mode)
+    naive.reset()
+    steps = block_steps(n, quick, naive_divide)
+    variants["naive"] = (make_stepper(naive, actions, steps), steps)
+    flags: dict[str, bool] = {}
+    for name, choice in (("eager", False), ("compiled", True)):
+        env = make_env(n, device, obs_mode, compile=choice)
+        env.reset(seed=0)
+        flags[name] = env.compiled
         steps = block_steps(n, quick)
-        actions = action_bank(n, device)
-        variants: dict[str, Callable[[], None]] = {}
-        compile_s: float | None = None
-        for name, use_compile in (("eager", False), ("compiled", True)):
-            if n not in (compiled_sizes if use_compile else sizes):
-                continue
-            env = gym.make_vec(
-                "FruitCatcher-v0",
-                num_envs=n,
-                device=device,
-                compile=use_compile,
-                validate_actions=validate,
-            )
-            env.reset(seed=0)
-            t0 = time.perf_counter()
-            env.step(actions[0])
-            if sync is not None:
-                sync()
-            if use_compile:
-                compile_s = time.perf_counter() - t0
-            variants[name] = make_stepper(env, actions, steps)
-            variants[name]()  # warm-up block
-        timings: dict[str, list[float]] = {name: [] for name in variants}
-        cpu: dict[str, list[float]] = {name: [] for name in variants}
-        faults: dict[str, int] = dict.fromkeys(variants, 0)
-        for _ in range(repeats):  # variants in turns
-            for name, run in variants.items():
-                before = _minor_faults()
-                timing = median_time(run, repeats=1, warmup=0, sync=sync)
-                faults[name] += _minor_faults() - before
-                timings[name] += timing.wall
-                cpu[name] += timing.cpu
-        for name in variants:
-            rows.append(
-                {
-                    "impl": f"vector_{name}",
-                    "num_envs": n,
-                    "steps_per_block": steps,
-                    "block_seconds": timings[name],
-                    "block_cpu_seconds": cpu[name],
-                    "env_steps_per_s": n * steps / statistics.median(timings[name]),
-                    "compile_seconds": compile_s if name == "compiled" else None,
-                    "minor_page_faults_per_step": faults[name] / (repeats * steps),
-                }
-            )
-            if not quiet:
-                print_row(rows[-1])
+        variants[name] = (make_stepper(env, actions, steps), steps)
+    if n in sync_sizes and obs_mode == "features":
+        env = gym.make_vec("FruitCatcher-v0", num_envs=n, vectorization_mode="sync")
+        env.reset(seed=0)
+        bank = list(np.random.default_rng(0).integers(0, 3, size=(64, n)))
+        steps = block_steps(n, quick, 40)
+        variants["gymnasium_sync"] = (make_stepper(env, bank, steps), steps)
+    for run, _ in variants.values():
+        run()  # warm-up block
+    timed = time_variants(variants, n, repeats, sync)
+    rows = []
+    base = timed["naive"]
+    for name, row in timed.items():
+        paired = [
+            (n * row["steps_per_block"] / t) / (n * base["steps_per_block"] / b)
+            for t, b in zip(row["block_seconds"], base["block_seconds"], strict=True)
+        ]
+        rows.append(
+            {
+                "impl": name,
+                "obs_mode": obs_mode,
+                "num_envs": n,
+                **row,
+                "compiled": flags.get(name),
+                "over_naive": row["env_steps_per_s"] / base["env_steps_per_s"],
+                "over_naive_paired": statistics.median(paired),
+            }
+        )
+        print_row(rows[-1])
     return rows
+
+
+def print_row(row: dict[str, Any]) -> None:
+    print(
+        f"{row['obs_mode']:<8} {row['impl']:<15} {row['num_envs']:>9,} envs "
+        f"{row['env_steps_per_s']:>15,.0f} env-steps/s  {row['over_naive']:7.2f}x naive "
+        f"(paired {row['over_naive_paired']:.2f}x)",
+        flush=True,
+    )
+
+
+# -- compile cost, second process, static vs dynamic ----------------------------------------
+
+
+_FIRST_STEP = """
+import time
+t0 = time.perf_counter()
+import json, sys, torch
+import gymnasium as gym
+import fruit_env
+t1 = time.perf_counter()
+n, obs_mode, device = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+env = gym.make_vec("FruitCatcher-v0", num_envs=n, obs_mode=obs_mode, device=device)
+env.reset(seed=0)
+env.step(torch.ones(n, dtype=torch.int64, device=device))
+if device.startswith("cuda"):
+    torch.cuda.synchronize()
+t2 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "make_reset_step_s": t2 - t1, "compiled": env.compiled}))
+"""
+
+_BUILD = """
+import sys, time
+import torch
+from fruit_env import FruitCatcherVectorEnv
+t0 = time.perf_counter()
+env = FruitCatcherVectorEnv(64, obs_mode=sys.argv[1], device=sys.argv[2], compile=True)
+print(time.perf_counter() - t0, env.compiled)
+"""
+
+
+def _python(code: str, *args: str, env: dict[str, str] | None = None) -> tuple[str, float]:
+    """Run `code` in a fresh interpreter; its last stdout line and the process's wall time."""
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-3000:])
+    return done.stdout.strip().splitlines()[-1], time.perf_counter() - started
+
+
+def cold_then_warm(obs_mode: str, device: torch.device, sizes: tuple[int, ...]) -> dict[str, Any]:
+    """The default env with an empty cache; the compile in a fresh process (fresh inductor
+    cache too); then a second process's time to its first step, at `sizes`."""
+    default = make_env(64, device, obs_mode)
+    result: dict[str, Any] = {"default_compiled_with_empty_cache": default.compiled}
+    with tempfile.TemporaryDirectory() as inductor_cache:
+        line, wall = _python(
+            _BUILD, obs_mode, str(device), env={"TORCHINDUCTOR_CACHE_DIR": inductor_cache}
+        )
+    seconds, built = line.split()
+    result["compile_seconds_cold"] = float(seconds)
+    result["compile_process_seconds"] = wall
+    assert built == "True", "the compiled step could not be built"
+    result["second_process"] = []
+    for n in sizes:
+        line, wall = _python(_FIRST_STEP, str(n), obs_mode, str(device))
+        row = {"num_envs": n, "process_wall_s": wall, **json.loads(line)}
+        result["second_process"].append(row)
+        first = row["make_reset_step_s"]
+        print(
+            f"{obs_mode:<8} second process, {n:,} envs: first step {first:.3f} s after the "
+            f"imports ({row['import_s']:.2f} s; whole process {wall:.2f} s, "
+            f"compiled={row['compiled']})",
+            flush=True,
+        )
+    print(
+        f"{obs_mode:<8} default with an empty cache: compiled={default.compiled}; "
+        f"cold compile {result['compile_seconds_cold']:.1f} s",
+        flush=True,
+    )
+    return result
+
+
+def static_vs_dynamic(n: int, device: torch.device, repeats: int, quick: bool) -> dict[str, Any]:
+    """What one package for every size costs: the compiled NEXT_STEP features step built for
+    `n` envs only (static shapes) against the package for every size (dynamic batch
+    dimension), as whole `env.step` calls and as bare calls of the compiled step, in turns."""
+    from fruit_env import compiled  # here: --ab workers import this file with older fruit_envs
+
+    params, mode = FruitParams(), AutoresetMode.NEXT_STEP
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    actions = action_bank(n, device)
+    count = block_steps(n, quick)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "static.pt2"
+        started = time.perf_counter()
+        compiled.build(params, mode, device, path, static_envs=n)
+        build_s = time.perf_counter() - started
+        envs, bare = {}, {}
+        for name in ("static", "dynamic"):
+            env = make_env(n, device, "features", compile=True).unwrapped
+            if name == "static":  # the same env with the one-size package plugged in
+                env._compiled = compiled.CompiledStep(path, mode, device)
+            env.reset(seed=0)
+            envs[f"env.step, {name}"] = (make_stepper(env, actions, count), count)
+            bare[f"compiled step alone, {name}"] = (_bare(env, actions, count), count)
+        variants = {**envs, **bare}
+        for run, _ in variants.values():
+            run()
+        timed = time_variants(variants, n, max(repeats, 9), sync)
+    result: dict[str, Any] = {"num_envs": n, "static_build_seconds": build_s, "rows": timed}
+    for what in ("env.step", "compiled step alone"):
+        dynamic, static = timed[f"{what}, dynamic"], timed[f"{what}, static"]
+        paired = [
+            d / s for d, s in zip(dynamic["block_seconds"], static["block_seconds"], strict=True)
+        ]
+        ratio = statistics.median(dynamic["block_seconds"]) / statistics.median(
+            static["block_seconds"]
+        )
+        result[what] = {"dynamic_over_static_time": ratio, "paired": statistics.median(paired)}
+        print(
+            f"{what} at {n:,} envs, the package for every size vs one for this size: "
+            f"{ratio:.3f}x the time (paired {statistics.median(paired):.3f}x)",
+            flush=True,
+        )
+    return result
+
+
+def _bare(env: Any, actions: torch.Tensor, count: int) -> Callable[[], None]:
+    """`count` calls of an env's compiled step alone on the env's state."""
+    step, key = env._compiled, env._key
+    state = [env._packed.clone(), env._counter.clone()]
+
+    def run() -> None:
+        for i in range(count):
+            step(state[0], key, state[1], actions[i % len(actions)])  # in place
+
+    return run
 
 
 def copy_bandwidth(device: torch.device) -> dict[str, float]:
@@ -170,69 +345,30 @@ def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def bench_sync(sizes: tuple[int, ...], repeats: int, quick: bool) -> list[dict[str, Any]]:
-    rows = []
-    for n in sizes:
-        steps = block_steps(n, quick, reference=True)
-        env = gym.make_vec("FruitCatcher-v0", num_envs=n, vectorization_mode="sync")
-        env.reset(seed=0)
-        rng = np.random.default_rng(0)
-        actions = list(rng.integers(0, 3, size=(64, n)))
-        timing = median_time(make_stepper(env, actions, steps), repeats=repeats, warmup=1)
-        env.close()
-        rows.append(
-            {
-                "impl": "gymnasium_sync",
-                "num_envs": n,
-                "steps_per_block": steps,
-                "block_seconds": timing.wall,
-                "block_cpu_seconds": timing.cpu,
-                "env_steps_per_s": n * steps / timing.median,
-                "compile_seconds": None,
-                "minor_page_faults_per_step": None,
-            }
-        )
-        print_row(rows[-1])
-    return rows
-
-
-def print_row(row: dict[str, Any]) -> None:
-    compile_s = row["compile_seconds"]
-    extra = f"   (compile {compile_s:.1f} s)" if compile_s is not None else ""
-    print(
-        f"{row['impl']:<16} {row['num_envs']:>9,} envs {row['env_steps_per_s']:>15,.0f} "
-        f"env-steps/s{extra}",
-        flush=True,
-    )
-
-
-def summary_table(rows: list[dict[str, Any]], reference_size: int) -> tuple[str, dict[str, Any]]:
-    """The markdown table, and the ratio of the vector env at `reference_size` to the best
-    SyncVectorEnv figure."""
-    by = {(r["impl"], r["num_envs"]): r["env_steps_per_s"] for r in rows}
-    sizes = sorted({r["num_envs"] for r in rows})
+def summary_table(rows: list[dict[str, Any]], obs_mode: str) -> str:
+    """Markdown: env-steps/s and the ratio to naive per size and variant."""
+    mine = [r for r in rows if r["obs_mode"] == obs_mode]
+    by = {(r["impl"], r["num_envs"]): r for r in mine}
     lines = [
-        "| num_envs | vector env, eager | vector env, compiled | SyncVectorEnv |",
-        "|---:|---:|---:|---:|",
+        "| num_envs | naive | eager | compiled | eager / naive | compiled / naive "
+        "| SyncVectorEnv |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    for n in sorted({r["num_envs"] for r in mine}):
 
-    def cell(impl: str, n: int) -> str:
-        value = by.get((impl, n))
-        return f"{value:,.0f}" if value is not None else "-"
+        def rate(impl: str, n: int = n) -> str:
+            row = by.get((impl, n))
+            return f"{row['env_steps_per_s'] / 1e6:,.2f}M" if row else "-"
 
-    for n in sizes:
+        def ratio(impl: str, n: int = n) -> str:
+            row = by.get((impl, n))
+            return f"{row['over_naive']:.1f}x" if row else "-"
+
         lines.append(
-            f"| {n:,} | {cell('vector_eager', n)} | {cell('vector_compiled', n)} "
-            f"| {cell('gymnasium_sync', n)} |"
+            f"| {n:,} | {rate('naive')} | {rate('eager')} | {rate('compiled')} | {ratio('eager')} "
+            f"| {ratio('compiled')} | {rate('gymnasium_sync')} |"
         )
-    sync_best = max((v for (impl, _), v in by.items() if impl == "gymnasium_sync"), default=None)
-    summary: dict[str, Any] = {"reference_num_envs": reference_size, "sync_best": sync_best}
-    for impl in ("vector_eager", "vector_compiled"):
-        value = by.get((impl, reference_size))
-        summary[impl] = value
-        if value is not None and sync_best:
-            summary[f"{impl}_over_sync"] = value / sync_best
-    return "\n".join(lines), summary
+    return "\n".join(lines)
 
 
 # -- A/B of git revisions ------------------------------------------------------------------------
@@ -240,7 +376,6 @@ def summary_table(rows: list[dict[str, Any]], reference_size: int) -> tuple[str,
 
 def ab_main(args: argparse.Namespace, sizes: tuple[int, ...], device: torch.device) -> None:
     """Each (size, eager/compiled) with `fruit_env` from each revision, in fresh processes."""
-    root = Path(__file__).resolve().parents[1]
     rounds = args.repeats or 3
     results: dict[str, list[dict[str, Any]]] = {rev: [] for rev in args.ab}
     with tempfile.TemporaryDirectory() as tmp:
@@ -248,7 +383,7 @@ def ab_main(args: argparse.Namespace, sizes: tuple[int, ...], device: torch.devi
             folder = Path(tmp) / rev.replace("/", "_")
             (folder / "cache").mkdir(parents=True)
             archive = subprocess.run(
-                ["git", "archive", rev, "fruit_env"], cwd=root, capture_output=True, check=True
+                ["git", "archive", rev, "fruit_env"], cwd=ROOT, capture_output=True, check=True
             )
             subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
         for r in range(rounds):
@@ -258,30 +393,30 @@ def ab_main(args: argparse.Namespace, sizes: tuple[int, ...], device: torch.devi
                     **os.environ,
                     "PYTHONPATH": str(folder),  # ahead of the installed fruit_env
                     "TORCHINDUCTOR_CACHE_DIR": str(folder / "cache"),
+                    "FRUIT_ENV_CACHE_DIR": str(folder / "cache"),
                 }
                 job = {"sizes": sizes, "device": str(device), "threads": args.threads}
                 command = [sys.executable, __file__, "--ab-worker", json.dumps(job)]
-                done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True)
+                done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
                 if done.returncode != 0:
                     raise RuntimeError(f"{rev}: {done.stderr.strip()[-2000:]}")
                 rows = json.loads(done.stdout.strip().splitlines()[-1])
                 for row in rows:
                     row["round"] = r
-                    print(f"{rev:>10} round {r}: ", end="")
-                    print_row(row)
+                    print(
+                        f"{rev:>10} round {r}: {row['impl']} {row['num_envs']:,} envs "
+                        f"{row['env_steps_per_s']:,.0f} env-steps/s"
+                    )
                 results[rev] += rows
     summary: dict[str, dict[str, Any]] = {}
-    print()
     for rev, rows in results.items():
-        for impl in ("vector_eager", "vector_compiled"):
+        for impl in ("eager", "compiled"):
             for n in sizes:
                 mine = [x for x in rows if x["impl"] == impl and x["num_envs"] == n]
                 seconds = [t for x in mine for t in x["block_seconds"]]
                 per_s = n * mine[0]["steps_per_block"] / statistics.median(seconds)
-                cold = mine[0]["compile_seconds"]
-                summary[f"{rev} {impl} {n}"] = {"env_steps_per_s": per_s, "cold_compile_s": cold}
-                extra = f"   cold compile {cold:.1f} s" if cold is not None else ""
-                print(f"{rev:>10} {impl:<16} {n:>9,} envs {per_s:>15,.0f} env-steps/s{extra}")
+                summary[f"{rev} {impl} {n}"] = {"env_steps_per_s": per_s}
+                print(f"{rev:>10} {impl:<10} {n:>9,} envs {per_s:>15,.0f} env-steps/s")
     path = write_result(
         args.output or "env_throughput_ab",
         {
@@ -296,12 +431,25 @@ def ab_main(args: argparse.Namespace, sizes: tuple[int, ...], device: torch.devi
 
 
 def ab_worker(job: dict[str, Any]) -> None:
-    """One round for `--ab`: eager and compiled at each size, 3 timed blocks each."""
+    """One round for `--ab`: eager and compiled at each size, 3 timed blocks each (works with
+    revisions from before the naive version: only the env's own `compile` flag is used)."""
     if job["threads"]:
         torch.set_num_threads(job["threads"])
-    rows = bench_vector(  # with the fruit_env that PYTHONPATH put first
-        tuple(job["sizes"]), tuple(job["sizes"]), torch.device(job["device"]), 3, False, quiet=True
-    )
+    device = torch.device(job["device"])
+    rows = []
+    for n in job["sizes"]:
+        actions = action_bank(n, device)
+        variants = {}
+        for name, choice in (("eager", False), ("compiled", True)):
+            env = gym.make_vec("FruitCatcher-v0", num_envs=n, device=device, compile=choice)
+            env.reset(seed=0)
+            env.step(actions[0])
+            steps = block_steps(n, False)
+            variants[name] = (make_stepper(env, actions, steps), steps)
+            variants[name][0]()
+        sync = torch.cuda.synchronize if device.type == "cuda" else None
+        for name, row in time_variants(variants, n, 3, sync).items():
+            rows.append({"impl": name, "num_envs": n, **row})
     print(json.dumps(rows))
 
 
@@ -311,16 +459,12 @@ def main() -> None:
     parser.add_argument(
         "--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda if any)"
     )
-    parser.add_argument("--sizes", type=int, nargs="+", help="num_envs values for the vector env")
-    parser.add_argument(
-        "--compiled-sizes",
-        type=int,
-        nargs="*",
-        help="num_envs for the compiled env (default: sizes)",
-    )
+    parser.add_argument("--sizes", type=int, nargs="+", help="num_envs values (features)")
+    parser.add_argument("--pixel-sizes", type=int, nargs="*", help="num_envs values (pixels)")
     parser.add_argument("--sync-sizes", type=int, nargs="*", help="num_envs for SyncVectorEnv")
     parser.add_argument("--repeats", type=int, help="timed blocks per variant (default 7, quick 3)")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--cache-dir", help="FRUIT_ENV_CACHE_DIR to use (default: a new empty one)")
     parser.add_argument("--output", help="results file name (default from mode and device)")
     parser.add_argument("--ab", nargs="+", metavar="REV", help="compare git revisions of fruit_env")
     parser.add_argument("--ab-worker", help=argparse.SUPPRESS)
@@ -336,43 +480,46 @@ def main() -> None:
     )
     on_gpu = device.type == "cuda"
     sizes = tuple(args.sizes or (QUICK_SIZES if args.quick else GPU_SIZES if on_gpu else CPU_SIZES))
-    compiled_sizes = tuple(
-        args.compiled_sizes
-        if args.compiled_sizes is not None
-        else QUICK_COMPILED_SIZES
-        if args.quick and not args.sizes
-        else sizes
-    )
-    sync_sizes = tuple(
-        args.sync_sizes
-        if args.sync_sizes is not None
-        else QUICK_SYNC_SIZES
+    pixel_sizes = tuple(
+        args.pixel_sizes
+        if args.pixel_sizes is not None
+        else (16384,)
         if args.quick
-        else SYNC_SIZES
+        else PIXEL_SIZES
     )
+    sync_sizes = tuple(args.sync_sizes if args.sync_sizes is not None else SYNC_SIZES)
     repeats = args.repeats or (3 if args.quick else 7)
-    reference_size = 16384 if 16384 in sizes else max(sizes)
-
     print(f"FruitCatcher-v0 env-steps/s on {device} ({torch.get_num_threads()} torch threads)")
     if args.ab:
-        ab_main(args, tuple(args.sizes or (16384,)), device)
+        ab_main(args, tuple(args.sizes or (REFERENCE_ENVS,)), device)
         return
+
     started = time.perf_counter()
     machine = machine_info()  # load average at the start; the end's is added below
+    folder = tempfile.TemporaryDirectory()
+    os.environ["FRUIT_ENV_CACHE_DIR"] = args.cache_dir or folder.name
     bandwidth = copy_bandwidth(device)
     print("copy bandwidth (GB/s, read + write):", {k: round(v, 1) for k, v in bandwidth.items()})
-    rows = bench_vector(sizes, compiled_sizes, device, repeats, args.quick)
-    rows += bench_sync(sync_sizes, repeats, args.quick)
-    table, summary = summary_table(rows, reference_size)
-    print()
-    print(table)
-    for impl in ("vector_eager", "vector_compiled"):
-        if f"{impl}_over_sync" in summary:
-            print(
-                f"{impl} at {reference_size:,} envs / best SyncVectorEnv: "
-                f"{summary[f'{impl}_over_sync']:,.0f}x"
-            )
-
+    startup = {}
+    for obs_mode, mode_sizes in (("features", sizes), ("pixels", pixel_sizes)):
+        if mode_sizes:
+            startup[obs_mode] = cold_then_warm(obs_mode, device, (REFERENCE_ENVS, 1000))
+    rows: list[dict[str, Any]] = []
+    for obs_mode, mode_sizes in (("features", sizes), ("pixels", pixel_sizes)):
+        for n in mode_sizes:
+            rows += bench_size(n, obs_mode, device, repeats, args.quick, sync_sizes)
+    dynamic = static_vs_dynamic(REFERENCE_ENVS, device, repeats, args.quick)
+    tables = {obs_mode: summary_table(rows, obs_mode) for obs_mode in ("features", "pixels")}
+    for obs_mode, table in tables.items():
+        print(f"\n{obs_mode}\n{table}")
+    summary = {
+        f"{r['obs_mode']} {r['impl']} {r['num_envs']}": {
+            "env_steps_per_s": r["env_steps_per_s"],
+            "over_naive": r["over_naive"],
+            "over_naive_paired": r["over_naive_paired"],
+        }
+        for r in rows
+    }
     name = args.output or "env_throughput" + ("_quick" if args.quick else "") + (
         f"_{device.type}" if on_gpu else ""
     ) + (f"_threads{args.threads}" if args.threads else "")
@@ -387,17 +534,19 @@ def main() -> None:
                 "quick": args.quick,
                 "repeats": repeats,
                 "autoreset_mode": "NEXT_STEP",
-                "obs_mode": "features",
-                "validate_actions": not on_gpu,
+                "validate_actions": "default (CPU: immediate; CUDA: deferred)",
                 "actions": "bank of int64 torch.randint tensors on the device, made before timing",
-                "torchinductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+                "fruit_env_cache_dir": "given" if args.cache_dir else "new, empty",
             },
+            "startup": startup,
+            "static_vs_dynamic": dynamic,
             "summary": summary,
-            "table": table,
+            "tables": tables,
             "rows": rows,
             "total_seconds": time.perf_counter() - started,
         },
     )
+    folder.cleanup()
     print(f"\nwrote {path} ({time.perf_counter() - started:.0f} s)")
 
 

@@ -1,8 +1,10 @@
 """The rules of Fruit Catcher as pure tensor functions over a batch of games.
 
 Every function maps tensors of shape `(num_envs, ...)` to new tensors: no Python branch on
-tensor values, no host synchronisation, no per-env loop. They compile with
-`torch.compile(fullgraph=True)`. The Gymnasium shell in `vector_env.py` wraps them.
+tensor values, no host synchronisation, no per-env loop. `transitions.py` builds the vector
+step from them, which `compiled.py` compiles whole (torch.export, AOTInductor); `packed.py`
+states the same rules again as few eager kernels, tested equal. The Gymnasium shell in
+`vector_env.py` wraps both.
 
 One step, in order: the basket moves (clamped to the board); every falling fruit drops one
 row; fruits that reach the bottom row score +1 inside the basket and -1 outside, and vanish;
@@ -14,7 +16,7 @@ Two forms of the state: `FruitState` holds `(N, S)` tensors per fruit slot (the 
 form the rules compute on). Why the rules are written this way (measured in
 docs/performance.md):
 
-* Unrolled slots: every value is an `(N,)` tensor, so torch.compile fuses the whole step
+* Unrolled slots: every value is an `(N,)` tensor, so inductor fuses the whole step
   into one vectorised loop over the envs. (With `(S, N)` blocks or reductions over the slot
   axis, inductor splits the step into several loops and stores bool intermediates.)
 * Bool masks select by arithmetic (`x * keep` for `torch.where(keep, x, 0)`): the same

@@ -20,11 +20,19 @@ _GOLDEN = 0x9E3779B9
 T = TypeVar("T")
 
 
+def signed32(c: int) -> int:
+    """The member of `c`'s residue class mod 2**32 in [-2**31, 2**31)."""
+    return (c + 2**31) % 2**32 - 2**31
+
+
 def _mul32(x: T, c: int) -> T:
-    """(x * c) mod 2**32 for x < 2**32, split so that no product exceeds 2**49."""
-    lo = x * (c & 0xFFFF)  # type: ignore[operator]
-    hi = ((x * (c >> 16)) & 0xFFFF) << 16  # type: ignore[operator]
-    return (lo + hi) & MASK32  # type: ignore[operator]
+    """(x * c) mod 2**32 for 0 <= x < 2**32, in one multiply that never exceeds int64.
+
+    With `signed32(c)` for `c`, `|x * c| < 2**63`; the low 32 bits of the (possibly
+    negative) product are the same, and `& MASK32` reads them (two's complement, exact for
+    Python ints, numpy and torch alike).
+    """
+    return (x * signed32(c)) & MASK32  # type: ignore[operator]
 
 
 def mix32(x: T) -> T:

@@ -1,21 +1,26 @@
 """`FruitCatcherVectorEnv`: the Gymnasium vector-env shell around the tensor rules.
 
-The shell checks inputs, keeps seeds and autoreset bookkeeping, and calls one pure
-*transition* function per step. There is one transition per autoreset mode, all with the
-same signature, so the hot path has no mode flags and compiles as a single graph.
+The shell checks inputs, keeps seeds and autoreset bookkeeping, and runs one of two steps
+that give the same outputs bit for bit (tests/test_env_packed.py):
 
-Between steps the game state lives in one packed int32 tensor (`pack`), and the transition
-reports its flags as int32 rows that the shell turns into bool tensors. Few tensors, none of
-them bool, cross the compiled graph's boundary: each input tensor costs guard time on every
-call, and inductor's CPU code loads and stores bool tensors element by element (measured in
-docs/performance.md).
+* the eager step, `packed.EagerStep`: the rules as about 80 eager kernels on the packed
+  state, with no compilation;
+* the compiled step, `compiled.CompiledStep`: the autoreset mode's transition from
+  `transitions.py`, compiled once per machine by AOTInductor and cached on disk.
+
+`compile="auto"` (the default) takes the compiled step on CUDA, and on the CPU when the
+package is already cached; the choice is logged once at INFO on the `fruit_env` logger.
+Neither step syncs with the device, branches on data or allocates on the host: with
+`validate_actions=False` or deferred validation a step runs on `device="meta"`, which has
+no data (tests/test_env_devices.py).
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
-from collections.abc import Callable, Mapping, Sequence
+import logging
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -24,219 +29,29 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from fruit_env import core, rng
+from fruit_env import compiled, core, packed, rng
+from fruit_env.packed import StepOutput
 from fruit_env.params import FruitParams
 from fruit_env.render import RENDER_FPS, RENDER_MODES, ansi_board, rgb_frame
+from fruit_env.transitions import COMPILED_OBSERVERS, pack, unpack
 
-Observer = Callable[[FruitParams, core.Game], torch.Tensor]
+log = logging.getLogger("fruit_env")
 
-
-def pack(game: core.Game, pending: torch.Tensor) -> torch.Tensor:
-    """The game and the NEXT_STEP `pending` mask as one int32 `(3*S + 6, N)` tensor, one row
-    per field and slot (`torch.stack` promotes the bool rows to int32 0/1)."""
-    rows = (
-        game.basket,
-        *game.fruit_x,
-        *game.fruit_y,
-        *game.active,
-        game.score,
-        game.t,
-        game.caught,
-        game.missed,
-        pending,
-    )
-    return torch.stack(rows)
-
-
-def unpack(packed: torch.Tensor) -> tuple[core.Game, torch.Tensor]:
-    """The inverse of `pack`: views of its rows (bool rows are compared with 0)."""
-    s = (packed.shape[0] - 6) // 3
-    basket, *rows = packed.unbind()
-    score, t, caught, missed, pending = rows[3 * s :]
-    game = core.Game(
-        basket=basket,
-        fruit_x=tuple(rows[:s]),
-        fruit_y=tuple(rows[s : 2 * s]),
-        active=tuple(row != 0 for row in rows[2 * s : 3 * s]),
-        score=score,
-        t=t,
-        caught=caught,
-        missed=missed,
-    )
-    return game, pending != 0
+EPISODE_KEYS = ("r", "l", "caught", "missed")
+ACTION_CHECKS = (True, False, "immediate", "deferred")
+_EAGER_MODES = {
+    AutoresetMode.NEXT_STEP: "next_step",
+    AutoresetMode.SAME_STEP: "same_step",
+    AutoresetMode.DISABLED: "disabled",
+}
 
 
 class SubEnvSnapshot(NamedTuple):
     """The state of some sub-envs, one column (`packed`) or entry per sub-env."""
 
-    packed: torch.Tensor  # (3*S + 6, n) int32, see `pack`
+    packed: torch.Tensor  # (3*S + 6, n) int32, see `transitions.pack`
     key: torch.Tensor  # (n,) int64
     counter: torch.Tensor  # (n,) int64
-
-
-class Transition(NamedTuple):
-    """Everything one vector step produces."""
-
-    packed: torch.Tensor  # the next state, see `pack`
-    counter: torch.Tensor  # (N,) int64, the next random-draw counters
-    obs: torch.Tensor
-    reward: torch.Tensor
-    flags: torch.Tensor  # (3, N) int32 0/1: terminated, truncated, ended (the `_episode` mask)
-    episode: tuple[torch.Tensor, ...]  # (return, length, caught, missed) of the ended episode
-    final_obs: torch.Tensor | None  # SAME_STEP only: the last observation of ended episodes
-    invalid: torch.Tensor  # () bool: some action was outside {0, 1, 2} (and was clamped)
-
-
-def _clamp_actions(action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Actions clamped to {0, 1, 2}, and whether any needed it (checked in the graph, so that
-    validation costs the shell no extra kernels)."""
-    clamped = action.clamp(0, 2)
-    return clamped, (clamped != action).any()
-
-
-def _report(
-    params: FruitParams,
-    observe: Observer,
-    *,
-    new: core.Game,
-    pending: torch.Tensor,
-    counter: torch.Tensor,
-    stepped: core.Game,
-    reward: torch.Tensor,
-    terminated: torch.Tensor,
-    truncated: torch.Tensor,
-    final_obs: torch.Tensor | None,
-    invalid: torch.Tensor,
-) -> Transition:
-    """The `Transition` to `new`; episode statistics come from `stepped`, the state before any
-    restart."""
-    ended = terminated | truncated
-    return Transition(
-        pack(new, pending),
-        counter,
-        observe(params, new),
-        reward,
-        torch.stack([flag.to(torch.int32) for flag in (terminated, truncated, ended)]),
-        (stepped.score.to(torch.float32), stepped.t, stepped.caught, stepped.missed),
-        final_obs,
-        invalid,
-    )
-
-
-def _next_step(
-    params: FruitParams,
-    observe: Observer,
-    packed: torch.Tensor,
-    key: torch.Tensor,
-    counter: torch.Tensor,
-    action: torch.Tensor,
-) -> Transition:
-    """NEXT_STEP: sub-envs whose episode ended last step restart now and ignore their action.
-
-    The restart draws from the same counter value as the step, so both share one hash.
-    """
-    action, invalid = _clamp_actions(action)
-    game, pending = unpack(packed)
-    rand = core.draw(params, key, counter)
-    stepped, result = core.advance(params, game, action, rand)
-    new = core.restart(params, stepped, pending, rand)
-    keep = ~pending
-    terminated = result.terminated & keep
-    truncated = result.truncated & keep
-    return _report(
-        params,
-        observe,
-        new=new,
-        pending=terminated | truncated,
-        counter=counter + 1,
-        stepped=stepped,
-        reward=torch.where(pending, 0.0, result.reward),
-        terminated=terminated,
-        truncated=truncated,
-        final_obs=None,
-        invalid=invalid,
-    )
-
-
-def _same_step(
-    params: FruitParams,
-    observe: Observer,
-    packed: torch.Tensor,
-    key: torch.Tensor,
-    counter: torch.Tensor,
-    action: torch.Tensor,
-) -> Transition:
-    """SAME_STEP: an ended episode restarts at once (drawing from the next counter value);
-    its last observation goes to `final_obs`."""
-    action, invalid = _clamp_actions(action)
-    game, pending = unpack(packed)
-    stepped, result = core.advance(params, game, action, core.draw(params, key, counter))
-    ended = result.terminated | result.truncated
-    new = core.restart(params, stepped, ended, core.draw(params, key, counter + 1))
-    return _report(
-        params,
-        observe,
-        new=new,
-        pending=pending,
-        counter=counter + 1 + ended,
-        stepped=stepped,
-        reward=result.reward,
-        terminated=result.terminated,
-        truncated=result.truncated,
-        final_obs=observe(params, stepped),
-        invalid=invalid,
-    )
-
-
-def _disabled(
-    params: FruitParams,
-    observe: Observer,
-    packed: torch.Tensor,
-    key: torch.Tensor,
-    counter: torch.Tensor,
-    action: torch.Tensor,
-) -> Transition:
-    """DISABLED: no restarts; the caller resets with `options={"reset_mask": ...}`."""
-    action, invalid = _clamp_actions(action)
-    game, pending = unpack(packed)
-    stepped, result = core.advance(params, game, action, core.draw(params, key, counter))
-    return _report(
-        params,
-        observe,
-        new=stepped,
-        pending=pending,
-        counter=counter + 1,
-        stepped=stepped,
-        reward=result.reward,
-        terminated=result.terminated,
-        truncated=result.truncated,
-        final_obs=None,
-        invalid=invalid,
-    )
-
-
-_TRANSITIONS = {
-    AutoresetMode.NEXT_STEP: _next_step,
-    AutoresetMode.SAME_STEP: _same_step,
-    AutoresetMode.DISABLED: _disabled,
-}
-EPISODE_KEYS = ("r", "l", "caught", "missed")
-# Each env's compiled step counts its own recompilations (one per action dtype, say), where
-# torch supports it: all envs share one Python function, so several sizes or rule sets in one
-# process would otherwise exhaust the shared recompile limit, a hard error with fullgraph=True.
-_COMPILE_OPTIONS: dict[str, Any] = (
-    {"isolate_recompiles": True}
-    if "isolate_recompiles" in inspect.signature(torch.compile).parameters
-    else {}
-)
-_CPU_INDUCTOR_OPTIONS = {
-    # A C++ wrapper around the kernel: ~15 us less Python per step.
-    "cpp_wrapper": True,
-    # Threads only from 32768 envs per thread, like ATen's eager kernels (at::internal::GRAIN_SIZE):
-    # below that, an OpenMP region costs more than it saves, and on a busy machine one
-    # preempted thread stalls the step for milliseconds.
-    "cpp.min_chunk_size": 32768,
-}
 
 
 class FruitCatcherVectorEnv(VectorEnv):
@@ -244,11 +59,21 @@ class FruitCatcherVectorEnv(VectorEnv):
 
     Rules arguments (`width`, `height`, ...) are those of `FruitParams`. Besides them:
 
-    * `device`: where state and outputs live (`"cpu"`, `"cuda"`, `"cuda:1"`, a `torch.device`).
+    * `device`: where state and outputs live (`"cpu"`, `"cuda"`, `"cuda:1"`, a
+      `torch.device`; `"meta"` for tests that must prove a step allocates nothing on the
+      host and never syncs: shapes only, no data).
     * `autoreset_mode`: an `AutoresetMode` (or its value / name as a string).
-    * `validate_actions`: raise on actions outside {0, 1, 2}. On CUDA the check costs one
-      device-to-host sync per step; with `False`, out-of-range actions are clamped instead.
-    * `compile`: run the step through `torch.compile(fullgraph=True)`.
+    * `validate_actions`: what happens to actions outside {0, 1, 2}.
+      `"immediate"`: `step` raises a `ValueError` before changing anything (one host read
+      of a flag per step: free on the CPU, a sync on a GPU).
+      `"deferred"`: the step runs with them clamped, and the first offending sub-env and
+      value since the last check are kept on the device; `reset()`, `render()`, `close()`
+      and `check_actions()` raise the `ValueError` (no sync per step).
+      `True` (the default): `"immediate"` on the CPU, `"deferred"` on other devices.
+      `False`: no check; out-of-range actions are clamped.
+    * `compile`: `True` runs the compiled step (building it first if the cache lacks it),
+      `False` the eager step, `"auto"` (the default) the compiled step on CUDA and on the
+      CPU when it is already cached, else the eager step.
     """
 
     metadata = {
@@ -269,8 +94,8 @@ class FruitCatcherVectorEnv(VectorEnv):
         device: str | torch.device = "cpu",
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         render_mode: str | None = None,
-        validate_actions: bool = True,
-        compile: bool = False,
+        validate_actions: bool | str = True,
+        compile: bool | str = "auto",
         **rules: Any,
     ) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)):
@@ -281,14 +106,19 @@ class FruitCatcherVectorEnv(VectorEnv):
             raise ValueError(
                 f"render_mode must be one of {RENDER_MODES} or None, got {render_mode!r}"
             )
+        if not (isinstance(compile, bool) or (isinstance(compile, str) and compile == "auto")):
+            raise ValueError(f"compile must be True, False or 'auto', got {compile!r}")
         self.params = FruitParams(**rules)
         self.num_envs = int(num_envs)
         self.device = resolve_device(device)
+        check_size(self.params, self.num_envs, self.device)
         self.render_mode = render_mode
-        self.validate_actions = bool(validate_actions)
         mode = parse_autoreset_mode(autoreset_mode)
         self.metadata = {**self.metadata, "autoreset_mode": mode}
         self.autoreset_mode = mode  # as SyncVectorEnv has it; TorchRL reads this attribute
+        self._bad: tuple[torch.Tensor, torch.Tensor] | None = None  # deferred action check
+        self._unchecked_steps = 0
+        self.validate_actions = validate_actions  # type: ignore[assignment]
 
         p = self.params
         self.single_action_space = gym.spaces.Discrete(3)
@@ -297,24 +127,19 @@ class FruitCatcherVectorEnv(VectorEnv):
         else:
             self.single_observation_space = gym.spaces.Box(0, 255, (1, p.height, p.width), np.uint8)
 
-        transition = functools.partial(_TRANSITIONS[mode], p, core.OBSERVERS[p.obs_mode])
-        self._transition = (
-            torch.compile(
-                transition,
-                fullgraph=True,
-                dynamic=False,
-                options=_CPU_INDUCTOR_OPTIONS if self.device.type == "cpu" else None,
-                **_COMPILE_OPTIONS,
-            )
-            if compile
-            else transition
+        self._compiled = _compiled_step(compile, p, mode, self.device)
+        self.compiled = self._compiled is not None  # which step runs (see `compile`)
+        self._eager = (
+            None
+            if self.compiled
+            else packed.EagerStep(p, _EAGER_MODES[mode], self.num_envs, self.device)
         )
-        self._observe = functools.partial(core.OBSERVERS[p.obs_mode], p)
         keys = torch.from_numpy(rng.seed_keys(rng.fresh_seeds(self.num_envs)))
         self._state = core.empty_state(p, self.num_envs, self.device)._replace(
             key=keys.to(self.device)
         )
         self._needs_reset = True
+        self._closed = False
 
     # -- batched spaces are built on first use: at millions of envs they cost real memory ----
 
@@ -334,52 +159,59 @@ class FruitCatcherVectorEnv(VectorEnv):
         seed: int | Sequence[int | None] | None = None,
         options: dict[str, Any] | None = None,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Start new games. `options={"reset_mask": mask}` restarts only the masked sub-envs."""
+        """Start new games. `options={"reset_mask": mask}` restarts only the masked sub-envs.
+
+        With deferred action validation, first raises the `ValueError` of an invalid action
+        taken since the last check (see `check_actions`).
+        """
         if options is not None and not isinstance(options, Mapping):
             raise ValueError(f"options must be a dict or None, got {options!r}")
         options = dict(options or {})
         mask = self._reset_mask(options.pop("reset_mask", None))
         if options:
             raise ValueError(f"unknown reset options {sorted(options)}; only 'reset_mask' is known")
-        key, counter = self._key, self._counter
         seeded = self._seeded_mask(seed, mask)
+        self._require_open()
+        self.check_actions()
+        key, counter = self._key, self._counter
         if seeded is not None:
             seeded_mask, keys = seeded
             key = torch.where(seeded_mask, keys, key)
             counter = torch.where(seeded_mask, 0, counter)
-        game, pending = unpack(self._packed)
-        game = core.restart(self.params, game, mask, core.draw(self.params, key, counter))
-        self._packed = pack(game, pending & ~mask)
-        self._key, self._counter = key, counter + mask
+        p = self.params
+        if self._eager is not None:  # in place, on the eager step's buffers
+            self._packed = self._eager.reset(self._packed, key, counter, mask)
+            obs = self._eager.observe(self._packed)
+        else:
+            game, pending = unpack(self._packed)
+            game = core.restart(p, game, mask, core.draw(p, key, counter))
+            self._packed, counter = pack(game, pending & ~mask), counter + mask
+            obs = COMPILED_OBSERVERS[p.obs_mode](p, game)
+        self._key, self._counter = key, counter
         self._needs_reset = False
-        return self._observe(game), {}
+        return obs, {}
 
     def step(
         self, actions: Any
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        self._require_open()
         if self._needs_reset:
             raise RuntimeError("call reset() before step()")
         actions = self._as_actions(actions)
-        out = self._transition(self._packed, self._key, self._counter, actions)
-        if self.validate_actions and out.invalid:  # one host sync; skip with validate_actions=False
-            index = int(((actions < 0) | (actions > 2)).nonzero()[0, 0])
-            raise ValueError(
-                f"actions must be 0, 1 or 2; sub-env {index} got {int(actions[index])}"
-            )
-        self._packed, self._counter = out.packed, out.counter
-        # One tensor each (not views of one): DLPack consumers such as JAX copy unaligned views.
-        terminated, truncated, ended = (flag.to(torch.bool) for flag in out.flags)
+        out = self._step_compiled(actions) if self._compiled else self._step_eager(actions)
         info: dict[str, Any] = {
             "episode": dict(zip(EPISODE_KEYS, out.episode, strict=True)),
-            "_episode": ended,
+            "_episode": out.ended,
         }
         if out.final_obs is not None:
             info["final_obs"] = out.final_obs
-            info["_final_obs"] = ended
-        return out.obs, out.reward, terminated, truncated, info
+            info["_final_obs"] = out.ended
+        return out.obs, out.reward, out.terminated, out.truncated, info
 
     def render(self) -> list[np.ndarray] | list[str] | None:
-        """One frame (or text board) per sub-env; meant for small `num_envs`."""
+        """One frame (or text board) per sub-env; meant for small `num_envs`. Checks deferred
+        action validation first (see `check_actions`)."""
+        self.check_actions()
         if self.render_mode is None:
             return None
         grids = core.observe_pixels(self.params, self._state)[:, 0].cpu().numpy()
@@ -392,12 +224,99 @@ class FruitCatcherVectorEnv(VectorEnv):
         ]
 
     def close_extras(self, **kwargs: Any) -> None:
-        self._state = core.empty_state(self.params, 1, self.device)
+        """Release the state; then raise the deferred action-validation error, if any."""
+        try:
+            self.check_actions()
+        finally:
+            self._eager = self._compiled = None
+            self._state = core.empty_state(self.params, 1, self.device)
+            self._needs_reset = self._closed = True
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the env is closed")
 
     @property
     def max_episode_steps(self) -> int:
         """The episode limit these games were made with (truncation after that many steps)."""
         return self.params.max_episode_steps
+
+    # -- action validation ---------------------------------------------------------------------
+
+    @property
+    def validate_actions(self) -> bool | str:
+        """The `validate_actions` setting (see the class docstring); assignable."""
+        return self._validate
+
+    @validate_actions.setter
+    def validate_actions(self, value: bool | str) -> None:
+        if not (isinstance(value, bool) or (isinstance(value, str) and value in ACTION_CHECKS)):
+            raise ValueError(
+                f"validate_actions must be True, False, 'immediate' or 'deferred', got {value!r}"
+            )
+        self._validate = value
+        if value is True:
+            value = "immediate" if self.device.type == "cpu" else "deferred"
+        self._check: str | None = value or None  # type: ignore[assignment]
+        if self._check == "deferred" and self._bad is None:
+            self._bad = (
+                torch.zeros((), dtype=torch.bool, device=self.device),
+                torch.zeros(self.num_envs, dtype=torch.int64, device=self.device),
+            )
+
+    def check_actions(self) -> None:
+        """Raise a `ValueError` naming the first sub-env, and its value, that got an action
+        outside {0, 1, 2} in a step since the last check, with deferred validation (a no-op
+        otherwise). This reads one flag from the device: call it where a sync happens anyway
+        (after a rollout, say). `reset()`, `render()` and `close()` call it."""
+        if self._bad is None or not self._unchecked_steps:
+            return
+        self._unchecked_steps = 0
+        flag, first = self._bad
+        if bool(flag):  # the host sync
+            flag.zero_()
+            raise _invalid_action(
+                first, " (in a step since the last check, which ran with it clamped to [0, 2])"
+            )
+
+    def _record(self, invalid: torch.Tensor, actions: torch.Tensor) -> None:
+        """Deferred validation: keep the actions of the first step with an invalid one."""
+        flag, first = self._bad  # type: ignore[misc]
+        torch.where(flag, first, actions, out=first)
+        flag.logical_or_(invalid)
+        self._unchecked_steps += 1
+
+    # -- the two steps -------------------------------------------------------------------------
+
+    def _checked(self, actions: torch.Tensor) -> torch.Tensor:
+        """The actions a step may take: checked now ("immediate"), or clamped (and recorded
+        when "deferred"); the compiled step clamps and flags in its graph."""
+        if self._check == "immediate":
+            low, high = torch.aminmax(actions)
+            if int(low) < 0 or int(high) > 2:  # host reads: free on the CPU
+                raise _invalid_action(actions)
+            return actions
+        if self._compiled is not None:
+            return actions
+        clamped = actions.clamp(0, 2)
+        if self._check == "deferred":
+            self._record((clamped != actions).any(), actions)
+        return clamped
+
+    def _step_eager(self, actions: torch.Tensor) -> StepOutput:
+        self._packed, out = self._eager(  # type: ignore[misc]
+            self._packed, self._key, self._counter, self._checked(actions)
+        )
+        return out
+
+    def _step_compiled(self, actions: torch.Tensor) -> StepOutput:
+        checked = self._checked(actions).to(torch.int64).contiguous()
+        t = self._compiled(self._packed, self._key, self._counter, checked)  # type: ignore[misc]
+        if self._check == "deferred":
+            self._record(t.invalid, actions)
+        # One tensor each (not views of one): DLPack consumers such as JAX copy unaligned views.
+        terminated, truncated, ended = (flag.to(torch.bool) for flag in t.flags)
+        return StepOutput(t.obs, t.reward, terminated, truncated, ended, t.episode, t.final_obs)
 
     # -- sub-env state snapshots (the duck-typed protocol in docs/env.md) ------------------------
 
@@ -439,9 +358,9 @@ class FruitCatcherVectorEnv(VectorEnv):
                 f"({expected[0]},): it is from another env or another index"
             )
         snapshot = SubEnvSnapshot(*(t.to(self.device) for t in snapshot))
-        self._packed = self._packed.index_copy(1, index, snapshot.packed)
-        self._key = self._key.index_copy(0, index, snapshot.key)
-        self._counter = self._counter.index_copy(0, index, snapshot.counter)
+        self._packed.index_copy_(1, index, snapshot.packed)  # the env's own tensors
+        self._key.index_copy_(0, index, snapshot.key)
+        self._counter.index_copy_(0, index, snapshot.counter)
 
     def _state_index(self, index: Any) -> torch.Tensor:
         if not isinstance(index, torch.Tensor):
@@ -454,8 +373,8 @@ class FruitCatcherVectorEnv(VectorEnv):
 
     @property
     def state(self) -> core.FruitState:
-        """The current game state (read-only by convention; for analysis and tests)."""
-        return self._state
+        """A copy of the current game state (for analysis and tests)."""
+        return core.FruitState(*(t.clone() for t in self._state))
 
     @property
     def _state(self) -> core.FruitState:
@@ -464,7 +383,8 @@ class FruitCatcherVectorEnv(VectorEnv):
 
     @_state.setter
     def _state(self, state: core.FruitState) -> None:
-        """Replace the game state; pending NEXT_STEP restarts stay (tests plant states here)."""
+        """Replace the game state; pending NEXT_STEP restarts stay (tests plant states here).
+        The state must be one the rules can reach (see `packed`'s invariants)."""
         n = state.basket.shape[0]
         packed = getattr(self, "_packed", None)
         if packed is not None and packed.shape[1] == n:
@@ -472,7 +392,7 @@ class FruitCatcherVectorEnv(VectorEnv):
         else:
             pending = torch.zeros(n, dtype=torch.bool, device=state.basket.device)
         self._packed = pack(core.Game.of(state), pending)
-        self._key, self._counter = state.key, state.counter
+        self._key, self._counter = state.key.clone(), state.counter.clone()
 
     @property
     def _pending(self) -> torch.Tensor:
@@ -484,11 +404,8 @@ class FruitCatcherVectorEnv(VectorEnv):
     def _as_actions(self, actions: Any) -> torch.Tensor:
         if not isinstance(actions, torch.Tensor):
             actions = torch.from_numpy(_integer_array(actions, "actions"))
-        elif actions.layout != torch.strided or actions.device.type == "meta":
-            raise ValueError(
-                f"actions must be a dense tensor with data, got {actions.layout} "
-                f"on {actions.device}"
-            )
+        elif actions.layout != torch.strided:
+            raise ValueError(f"actions must be a dense tensor, got {actions.layout}")
         if actions.shape != (self.num_envs,):
             raise ValueError(
                 f"actions must have shape ({self.num_envs},), got {tuple(actions.shape)}"
@@ -501,9 +418,10 @@ class FruitCatcherVectorEnv(VectorEnv):
             raise ValueError(f"actions must have an integer dtype, got {actions.dtype}")
         if actions.dtype in _WIDE_UNSIGNED:  # torch has few kernels for these dtypes
             actions = actions.to(torch.int64)
-        # The range check (or, with validate_actions=False, the clamp) runs inside the
-        # transition: see `_clamp_actions`.
-        return actions.to(self.device, non_blocking=True)
+        # The range check (or the clamp) is the step's: see `_step_eager`, `_step_compiled`.
+        if actions.device == self.device:
+            return actions
+        return _to_device(actions, self.device, "actions", non_blocking=True)
 
     def _reset_mask(self, mask: Any) -> torch.Tensor:
         if mask is None:
@@ -518,14 +436,14 @@ class FruitCatcherVectorEnv(VectorEnv):
                     f"options['reset_mask'] must be a bool array, got dtype {array.dtype}"
                 )
             mask = torch.from_numpy(array)
-        elif mask.device.type == "meta" or mask.layout != torch.strided:
-            raise ValueError("options['reset_mask'] must be a dense tensor with data")
+        elif mask.layout != torch.strided:
+            raise ValueError("options['reset_mask'] must be a dense tensor")
         if mask.shape != (self.num_envs,) or mask.dtype != torch.bool:
             raise ValueError(
                 f"options['reset_mask'] must be a bool array of shape ({self.num_envs},), "
                 f"got {mask.dtype} {tuple(mask.shape)}"
             )
-        return mask.to(self.device)
+        return _to_device(mask, self.device, "options['reset_mask']")
 
     def _seeded_mask(
         self, seed: int | Sequence[int | None] | None, mask: torch.Tensor
@@ -552,6 +470,111 @@ class FruitCatcherVectorEnv(VectorEnv):
 
 
 _WIDE_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
+_LOGGED: set[str] = set()
+
+
+def _log_once(message: str, *args: object) -> None:
+    """INFO on the `fruit_env` logger, once per process for each distinct message."""
+    text = message % args
+    if text not in _LOGGED:
+        _LOGGED.add(text)
+        log.info(text)
+
+
+def _compiled_step(
+    choice: bool | str, params: FruitParams, mode: AutoresetMode, device: torch.device
+) -> compiled.CompiledStep | None:
+    """The compiled step that `compile=choice` asks for, or None for the eager step."""
+    if choice is False:
+        return None
+    if not compiled.supported(device):
+        if choice is True:
+            log.warning(
+                "FruitCatcher: compile=True, but this torch builds no compiled step for %s "
+                "devices; running the eager step",
+                device.type,
+            )
+        else:
+            _log_once("FruitCatcher: eager step on %s (compile='auto')", device.type)
+        return None
+    if choice == "auto" and device.type != "cuda" and not compiled.is_cached(params, mode, device):
+        _log_once(
+            "FruitCatcher: eager step on %s (compile='auto': no compiled step for these rules, "
+            "%s, %s observations in %s; compile=True builds it, once per machine)",
+            device.type,
+            mode.name,
+            params.obs_mode,
+            compiled.cache_dir(),
+        )
+        return None
+    try:
+        step = compiled.load(params, mode, device)
+    except Exception as err:  # no C++ compiler, say: the eager step gives the same games
+        log.warning("FruitCatcher: building the compiled step failed (%s); running eager", err)
+        return None
+    if choice == "auto":
+        reason = "CUDA" if device.type == "cuda" else "cached"
+        _log_once(
+            "FruitCatcher: compiled step on %s (compile='auto': %s) for %s, %s observations",
+            device.type,
+            reason,
+            mode.name,
+            params.obs_mode,
+        )
+    return step
+
+
+def check_size(params: FruitParams, num_envs: int, device: torch.device) -> None:
+    """Refuse a batch whose state and observations would not fit in the device's memory,
+    with a `ValueError` naming the arguments that size them."""
+    memory = _device_memory(device)
+    if memory is None:
+        return
+    state = 4 * (3 * params.max_fruits + 6)
+    if params.obs_mode == "pixels":
+        obs, lower = params.height * params.width, "num_envs, width or height"
+        sized = f"width={params.width}, height={params.height}, max_fruits={params.max_fruits}"
+    else:
+        obs, lower = 4 * params.obs_size, "num_envs or max_fruits"
+        sized = f"max_fruits={params.max_fruits}"
+    need = num_envs * (state + obs)
+    if need > memory:
+        raise ValueError(
+            f"num_envs={num_envs} games with {sized} need {need / 2**30:,.1f} GiB for one state "
+            f"and one {params.obs_mode} observation, more than the {memory / 2**30:,.1f} GiB "
+            f"of {device}: lower {lower}"
+        )
+
+
+def _device_memory(device: torch.device) -> int | None:
+    """Bytes of memory of `device` (the CPU's: physical RAM), None if unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    if device.type == "cpu" and hasattr(os, "sysconf"):
+        try:
+            return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+        except (ValueError, OSError):
+            return None
+    return None
+
+
+def _invalid_action(actions: torch.Tensor, suffix: str = "") -> ValueError:
+    """The error for the first action outside {0, 1, 2} (reads `actions` on the host)."""
+    index = int(((actions < 0) | (actions > 2)).nonzero()[0, 0])
+    return ValueError(
+        f"actions must be 0, 1 or 2; sub-env {index} got {int(actions[index])}{suffix}"
+    )
+
+
+def _to_device(
+    tensor: torch.Tensor, device: torch.device, name: str, non_blocking: bool = False
+) -> torch.Tensor:
+    try:
+        return tensor.to(device, non_blocking=non_blocking)
+    except NotImplementedError:  # a meta tensor has no data to copy
+        raise ValueError(
+            f"{name} must be a tensor with data for an env on {device}, got one on {tensor.device}"
+        ) from None
 
 
 def _integer_array(values: Any, name: str) -> np.ndarray:
@@ -588,7 +611,7 @@ def resolve_device(device: str | torch.device) -> torch.device:
         backend = torch.backends.mps if resolved.type == "mps" else getattr(torch, "xpu", None)
         if backend is None or not backend.is_available():
             raise ValueError(f"device {device!r} requested but {resolved.type} is not available")
-    elif resolved.type != "cpu":
+    elif resolved.type not in ("cpu", "meta"):  # meta: shapes only, for tests (class docstring)
         raise ValueError(f"device {device!r}: unsupported device type {resolved.type!r}")
     return resolved
 

@@ -52,7 +52,11 @@ def dtype_id(dtype: Any) -> str:
         ({"obs_mode": "rgb"}, "obs_mode"),
         ({"device": "tpu"}, "device"),
         ({"device": "cuda:99"}, "cuda:99"),
-        ({"device": "meta"}, "device"),
+        ({"device": "ipu"}, "device"),
+        ({"compile": "yes"}, "compile"),
+        ({"compile": 1}, "compile"),
+        ({"validate_actions": "later"}, "validate_actions"),
+        ({"validate_actions": 1}, "validate_actions"),
         ({"autoreset_mode": "sometimes"}, "autoreset_mode"),
         ({"autoreset_mode": 1}, "autoreset_mode"),
         ({"render_mode": "human"}, "render_mode"),
@@ -320,3 +324,90 @@ def test_params_are_immutable() -> None:
     params = FruitParams()
     with pytest.raises(AttributeError):
         params.width = 5  # type: ignore[misc]
+
+
+# -- when invalid actions are reported ---------------------------------------------------------
+
+
+def test_validation_is_immediate_on_the_cpu_by_default() -> None:
+    """validate_actions=True on the CPU: the step itself raises (and changes nothing)."""
+    env = fresh_env()
+    assert env.validate_actions is True
+    with pytest.raises(ValueError, match="sub-env 1 got 7"):
+        env.step(np.array([1, 7, 1]))
+    immediate = fresh_env(validate_actions="immediate")
+    with pytest.raises(ValueError, match="sub-env 0 got -1"):
+        immediate.step(np.array([-1, 1, 1]))
+
+
+def _check_points() -> dict[str, Any]:
+    return {
+        "check_actions": lambda env: env.check_actions(),
+        "reset": lambda env: env.reset(),
+        "render": lambda env: env.render(),
+        "close": lambda env: env.close(),
+    }
+
+
+@pytest.mark.parametrize("check", list(_check_points()))
+def test_deferred_validation_raises_at_the_next_check_point(check: str) -> None:
+    """validate_actions="deferred": the step runs; the next reset(), render(), close() or
+    check_actions() raises, naming the first offending sub-env and its value, once."""
+    env = fresh_env(validate_actions="deferred", render_mode="ansi")
+    env.step(np.array([0, 1, 2]))
+    env.step(np.array([1, 7, -2]))  # no error here
+    env.step(np.array([2, 2, 2]))
+    with pytest.raises(ValueError, match=r"sub-env 1 got 7 \(in a step since the last check"):
+        _check_points()[check](env)
+    _check_points()[check](env)  # reported once: the record is cleared
+
+
+def test_deferred_validation_keeps_the_first_offence_and_clamps() -> None:
+    """The error names the first invalid action since the last check; the steps ran with
+    out-of-range actions clamped, as with validate_actions=False."""
+    env = fresh_env(validate_actions="deferred")
+    twin = fresh_env(validate_actions=False)
+    for row in ([0, 1, 5], [-3, 1, 1], [2, 0, 1]):
+        got, expected = env.step(np.array(row)), twin.step(np.array(row))
+        for a, b in zip(got[:4], expected[:4], strict=True):
+            assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="sub-env 2 got 5"):
+        env.check_actions()
+    env.check_actions()
+    env.step(np.array([1, 1, 1]))
+    env.check_actions()  # valid steps since: nothing to report
+
+
+def test_close_with_a_pending_error_still_closes() -> None:
+    env = fresh_env(validate_actions="deferred")
+    env.step(np.array([3, 1, 1]))
+    with pytest.raises(ValueError, match="sub-env 0 got 3"):
+        env.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        env.step(np.array([1, 1, 1]))
+
+
+def test_validate_actions_can_be_changed_later() -> None:
+    """The setting is an attribute (SB3's set_attr uses it); bad values are refused by name."""
+    env = fresh_env()
+    env.validate_actions = "deferred"
+    env.step(np.array([1, 1, 4]))
+    with pytest.raises(ValueError, match="sub-env 2 got 4"):
+        env.reset()
+    env.validate_actions = False
+    env.step(np.array([1, 1, 4]))
+    env.check_actions()
+    with pytest.raises(ValueError, match="validate_actions"):
+        env.validate_actions = "sometimes"
+
+
+# -- sizes -------------------------------------------------------------------------------------
+
+
+def test_a_huge_pixel_board_is_a_value_error_naming_its_arguments() -> None:
+    """A batch whose observations cannot fit in memory is refused up front (it used to fail
+    with a MemoryError, or worse, on its first reset)."""
+    with pytest.raises(ValueError, match=r"num_envs=1000000 .*width=10000, height=10000"):
+        gym.make_vec(ENV_ID, num_envs=10**6, obs_mode="pixels", width=10**4, height=10**4)
+    with pytest.raises(ValueError, match=r"num_envs=1000000000000 .*max_fruits=3"):
+        FruitCatcherVectorEnv(10**12)

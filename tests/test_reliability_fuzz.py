@@ -65,7 +65,7 @@ def ctor_value(name: str) -> st.SearchStrategy[Any]:
         "num_envs": st.one_of(st.integers(-2, 6), JUNK),
         "spawn_prob": st.one_of(st.floats(-0.5, 1.5), JUNK),
         "obs_mode": st.one_of(st.sampled_from(["features", "pixels"]), JUNK),
-        "device": st.one_of(st.sampled_from(["cpu", "cpu:0", "cuda:7", "meta", "tpu"]), JUNK),
+        "device": st.one_of(st.sampled_from(["cpu", "cpu:0", "cuda:7", "ipu", "tpu"]), JUNK),
         "autoreset_mode": st.one_of(
             st.sampled_from(["next_step", "SameStep", "DISABLED", "sometimes"]), JUNK
         ),

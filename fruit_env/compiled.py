@@ -1,0 +1,216 @@
+"""The compiled step: a transition of `transitions.py` built once per machine, for every size.
+
+`torch.export` traces the transition with a dynamic batch dimension (one graph for all
+`num_envs`), AOTInductor turns it into a shared library (C++ on the CPU, CUDA kernels on a
+GPU), and the package is kept on disk, so the compile cost (tens of seconds) is paid once
+per machine, rules and autoreset mode, not once per process and size: a later process loads
+the package in milliseconds. A call skips Dynamo's guards and Python wrapper: 11-16 us at
+128 envs on our CPU. Measured in docs/performance.md.
+
+Cache folder: `$FRUIT_ENV_CACHE_DIR`, else `$XDG_CACHE_HOME/fruit_env`, else
+`~/.cache/fruit_env`. A package's name is a digest of everything its code depends on: the
+rules, the autoreset mode, the device type, the torch version, the source of the modules
+that define the step, and the CPU's instruction set (inductor compiles for the build
+machine's CPU) or the GPU's compute capability. Deleting the folder is always safe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib
+import logging
+import os
+import platform
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from gymnasium.vector import AutoresetMode
+
+from fruit_env import core, params, rng, transitions
+from fruit_env.params import FruitParams
+from fruit_env.transitions import Transition
+
+log = logging.getLogger("fruit_env")
+
+FORMAT = 1  # part of every package name: bump it to retire all cached packages
+EXAMPLE_ENVS = 64  # the batch size the graph is traced with (any size runs it)
+_SOURCES = (core, params, rng, transitions)  # their code is in the graph
+
+
+def cache_dir() -> Path:
+    """The folder that holds compiled packages."""
+    if os.environ.get("FRUIT_ENV_CACHE_DIR"):
+        return Path(os.environ["FRUIT_ENV_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "fruit_env"
+
+
+def supported(device: torch.device) -> bool:
+    """Whether this torch can build and load packages for `device` (AOTInductor packages:
+    torch 2.6 and later, CPU and CUDA)."""
+    loader = hasattr(torch._C, "_aoti") and hasattr(torch._C._aoti, "AOTIModelPackageLoader")
+    return loader and device.type in ("cpu", "cuda")
+
+
+def package_path(params: FruitParams, mode: AutoresetMode, device: torch.device) -> Path:
+    """Where the package for these rules, mode and device lives (whether or not it exists)."""
+    digest = hashlib.sha256()
+    for part in (
+        FORMAT,
+        torch.__version__,
+        mode.name,
+        dataclasses.astuple(params),
+        device.type,
+        _machine(device),
+        *_sources(),
+    ):
+        digest.update(repr(part).encode() if not isinstance(part, bytes) else part)
+        digest.update(b"\0")
+    name = f"step-{mode.name.lower()}-{params.obs_mode}-{device.type}-{digest.hexdigest()[:24]}"
+    return cache_dir() / f"{name}.pt2"
+
+
+def is_cached(params: FruitParams, mode: AutoresetMode, device: torch.device) -> bool:
+    return supported(device) and package_path(params, mode, device).is_file()
+
+
+class CompiledStep:
+    """A loaded package: `step(packed, key, counter, action)` -> `Transition`, like the
+    transition it was built from, except that the next state and counters are written into
+    `packed` and `counter` (returned as the transition's): in place, the kernel has half the
+    row pointers to keep, which is what makes one graph for every size as fast as one per
+    size (docs/performance.md). `action` must be int64 and contiguous."""
+
+    def __init__(self, path: Path, mode: AutoresetMode, device: torch.device) -> None:
+        index = device.index if device.type == "cuda" and device.index is not None else -1
+        self._loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, index)
+        self._same_step = mode == AutoresetMode.SAME_STEP
+
+    def __call__(
+        self, packed: torch.Tensor, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
+    ) -> Transition:
+        out = self._loader.boxed_run([packed, key, counter, action])
+        final_obs = out[8] if self._same_step else None
+        return Transition(packed, counter, *out[:3], tuple(out[3:7]), final_obs, out[7])
+
+
+def load(params: FruitParams, mode: AutoresetMode, device: torch.device) -> CompiledStep:
+    """The compiled step, built first if the cache does not hold it (logged at INFO)."""
+    path = package_path(params, mode, device)
+    if not path.is_file():
+        started = time.perf_counter()
+        log.info(
+            "FruitCatcher: compiling the %s step (%s observations) for %s, once per machine "
+            "and rules; cached in %s",
+            mode.name,
+            params.obs_mode,
+            device.type,
+            path.parent,
+        )
+        build(params, mode, device, path)
+        log.info("FruitCatcher: compiled in %.1f s", time.perf_counter() - started)
+    return CompiledStep(path, mode, device)
+
+
+def build(
+    params: FruitParams,
+    mode: AutoresetMode,
+    device: torch.device,
+    path: Path,
+    *,
+    static_envs: int | None = None,
+) -> None:
+    """Export the transition with a dynamic batch dimension and compile it into `path`
+    (written under a temporary name first, so that a reader never sees half a package).
+    `static_envs`: a graph for that batch size only instead (to measure what the dynamic
+    dimension costs: docs/performance.md)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    inductor = importlib.import_module("torch._inductor")  # the compiler, only to build
+    module = _Step(
+        transitions.TRANSITIONS[mode], params, transitions.COMPILED_OBSERVERS[params.obs_mode]
+    )
+    n = static_envs or EXAMPLE_ENVS
+    rows = 3 * params.max_fruits + 6
+    example = (
+        torch.zeros((rows, n), dtype=torch.int32, device=device),
+        torch.zeros(n, dtype=torch.int64, device=device),
+        torch.zeros(n, dtype=torch.int64, device=device),
+        torch.ones(n, dtype=torch.int64, device=device),
+    )
+    envs = torch.export.Dim("num_envs", min=1)
+    dynamic = None if static_envs else ({1: envs}, {0: envs}, {0: envs}, {0: envs})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a serial kernel: see docs/performance.md
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch's own deprecations
+            warnings.simplefilter("ignore", DeprecationWarning)
+            exported = torch.export.export(module, example, dynamic_shapes=dynamic, strict=False)
+            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+                partial = Path(tmp) / path.name
+                inductor.aoti_compile_and_package(exported, package_path=str(partial))
+                os.replace(partial, path)
+    finally:
+        torch.set_num_threads(threads)
+
+
+class _Step(torch.nn.Module):
+    """A transition as a module for `torch.export`: the next state and counters written
+    into the inputs, the other outputs as a flat tuple of tensors."""
+
+    def __init__(
+        self, transition: Callable[..., Transition], params: FruitParams, observe: Any
+    ) -> None:
+        super().__init__()
+        self.transition, self.params, self.observe = transition, params, observe
+
+    def forward(
+        self, packed: torch.Tensor, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        t = self.transition(self.params, self.observe, packed, key, counter, action)
+        packed.copy_(t.packed)
+        counter.copy_(t.counter)
+        out = (t.obs, t.reward, t.flags, *t.episode, t.invalid)
+        return out if t.final_obs is None else (*out, t.final_obs)
+
+
+def _machine(device: torch.device) -> tuple[object, ...]:
+    """What the generated code is specific to besides torch: the CPU's instruction set
+    (inductor compiles with -march=native) or the GPU's compute capability."""
+    if device.type == "cuda":
+        return (torch.version.cuda, torch.cuda.get_device_capability(device))
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        pass
+    return (
+        platform.machine(),
+        platform.processor(),
+        torch.backends.cpu.get_cpu_capability(),
+        flags,
+    )
+
+
+@functools.cache
+def _sources() -> tuple[bytes, ...]:
+    """The code that makes the graph: the modules it traces, and this one, which exports it."""
+    return tuple(Path(str(m.__file__)).read_bytes() for m in (*_SOURCES, sys.modules[__name__]))
+
+
+@functools.cache
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return ""

@@ -1,0 +1,188 @@
+"""The compiled step and the `compile` argument.
+
+`compile=True` builds the compiled step once (a package in the cache folder, one for every
+`num_envs`) and runs it; `"auto"`, the default, runs it when it is cached (or on CUDA) and
+the eager step otherwise, and logs its choice once; `False` never does. The compiled step's
+games are the eager step's, bit for bit.
+
+Packages built here go to a folder under the system's temporary directory that persists
+between runs (as torch's own inductor cache does), so only the first run pays the compiles.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode
+from syncs import SyncCounter
+
+from fruit_env import FruitCatcherVectorEnv, compiled
+
+SHORT = {"width": 8, "height": 6, "win_score": 3, "lose_score": -3, "max_episode_steps": 6}
+TEST_CACHE = Path(tempfile.gettempdir()) / "fruit_env_test_cache"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def shared_cache(monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("FRUIT_ENV_CACHE_DIR", str(TEST_CACHE))
+    return TEST_CACHE
+
+
+@pytest.fixture
+def empty_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("FRUIT_ENV_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def rollout(env: FruitCatcherVectorEnv, steps: int, seed: int) -> list[np.ndarray]:
+    """Every output of a reset and `steps` random steps (DISABLED: ended games reset)."""
+    gen = np.random.default_rng(seed)
+    obs, _ = env.reset(seed=seed)
+    outputs = [obs.numpy().copy()]
+    for _ in range(steps):
+        obs, reward, terminated, truncated, info = env.step(gen.integers(0, 3, env.num_envs))
+        outputs += [t.numpy().copy() for t in (obs, reward, terminated, truncated)]
+        outputs += [info["_episode"].numpy().copy()]
+        outputs += [v.numpy().copy() for v in info["episode"].values()]
+        if "final_obs" in info:
+            outputs.append(info["final_obs"].numpy().copy())
+        if env.autoreset_mode == AutoresetMode.DISABLED and info["_episode"].any():
+            obs, _ = env.reset(options={"reset_mask": info["_episode"]})
+            outputs.append(obs.numpy().copy())
+    outputs += [t.numpy().copy() for t in env.state]
+    return outputs
+
+
+def test_auto_runs_the_eager_step_on_the_cpu_without_a_package(
+    empty_cache: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No package cached: "auto" does not make the caller wait for a compile. It says so,
+    once per process, at INFO."""
+    caplog.set_level(logging.INFO, logger="fruit_env")
+    env = FruitCatcherVectorEnv(4, max_episode_steps=7, obs_mode="pixels")
+    assert env.compiled is False
+    FruitCatcherVectorEnv(4, max_episode_steps=7, obs_mode="pixels")
+    choices = [r.getMessage() for r in caplog.records if "compile='auto'" in r.getMessage()]
+    assert len(choices) == 1 and "eager step on cpu" in choices[0], choices
+    assert str(empty_cache) in choices[0]
+    assert list(empty_cache.iterdir()) == []
+
+
+def test_compile_false_never_loads_a_package(shared_cache: Path) -> None:
+    assert FruitCatcherVectorEnv(3, compile=False, **SHORT).compiled is False
+
+
+CASES = [
+    (AutoresetMode.NEXT_STEP, "features"),
+    (AutoresetMode.SAME_STEP, "pixels"),
+    (AutoresetMode.DISABLED, "features"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "obs_mode"), CASES, ids=[f"{m.name}-{o}" for m, o in CASES])
+def test_compiled_step_matches_eager(
+    shared_cache: Path, mode: AutoresetMode, obs_mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """compile=True gives bit-identical outputs and state to the eager step across episode
+    ends, for two batch sizes from one package; "auto" then finds the package and runs it."""
+    rules: dict[str, Any] = {**SHORT, "autoreset_mode": mode, "obs_mode": obs_mode}
+    for n in (8, 3):
+        eager = FruitCatcherVectorEnv(n, compile=False, **rules)
+        built = FruitCatcherVectorEnv(n, compile=True, **rules)
+        assert built.compiled is True
+        for got, expected in zip(rollout(built, 40, 42), rollout(eager, 40, 42), strict=True):
+            assert got.dtype == expected.dtype
+            assert np.array_equal(got, expected)
+    packages = list(shared_cache.glob(f"step-{mode.name.lower()}-{obs_mode}-cpu-*.pt2"))
+    assert compiled.package_path(built.params, mode, built.device) in packages
+    caplog.set_level(logging.INFO, logger="fruit_env")
+    assert FruitCatcherVectorEnv(5, **rules).compiled is True  # auto: cached
+    assert not any("compiling" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.slow
+def test_a_second_process_loads_the_package_without_compiling(shared_cache: Path) -> None:
+    """What the cache is for: a new process (any num_envs) steps at once, compiling nothing."""
+    FruitCatcherVectorEnv(2, compile=True, **SHORT)  # built (or found) by this process
+    code = (
+        "import logging, sys, torch\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stdout)\n"
+        "from fruit_env import FruitCatcherVectorEnv\n"
+        f"env = FruitCatcherVectorEnv(11, **{SHORT!r})\n"
+        "env.reset(seed=0)\n"
+        "env.step(torch.ones(11, dtype=torch.int64))\n"
+        "print('compiled', env.compiled)\n"
+    )
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=environment, capture_output=True, text=True, check=True
+    )
+    assert "compiled True" in done.stdout, done.stdout + done.stderr
+    assert "compiling" not in done.stdout
+    assert "compiled step on cpu (compile='auto': cached) for NEXT_STEP" in done.stdout
+
+
+def test_compile_true_falls_back_to_eager_when_it_cannot_build(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cache folder that cannot be created: a warning, then the eager step (same games)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("FRUIT_ENV_CACHE_DIR", str(blocker / "cache"))
+    env = FruitCatcherVectorEnv(3, compile=True, **SHORT)
+    assert env.compiled is False
+    assert any(r.levelno == logging.WARNING for r in caplog.records)
+    env.reset(seed=0)
+    env.step(np.array([0, 1, 2]))
+
+
+def test_compile_true_on_a_device_without_compiled_steps_runs_eager(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    env = FruitCatcherVectorEnv(3, device="meta", compile=True, validate_actions=False)
+    assert env.compiled is False
+    assert any("meta" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
+def test_package_names_follow_what_the_code_depends_on(shared_cache: Path) -> None:
+    """Rules, mode and observation mode each give their own package; sizes share one."""
+    cpu = torch.device("cpu")
+    paths = {
+        compiled.package_path(FruitCatcherVectorEnv(2, **rules).params, mode, cpu)
+        for rules in ({}, {"width": 9}, {"obs_mode": "pixels"})
+        for mode in AutoresetMode
+    }
+    assert len(paths) == 9
+    assert all(p.parent == shared_cache for p in paths)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("validation", [False, "deferred"])
+def test_the_compiled_step_reads_nothing_on_the_host(shared_cache: Path, validation: Any) -> None:
+    """The shell around the compiled step syncs no more than the eager one: no host read per
+    step with the trainer's settings or deferred validation; the deferred check still
+    reports an invalid action."""
+    env = FruitCatcherVectorEnv(6, compile=True, validate_actions=validation, **SHORT)
+    assert env.compiled is True
+    env.reset(seed=0)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(10):
+        actions = torch.randint(0, 3, (6,), generator=gen)
+        actions[4] = 5 if step == 3 else actions[4]
+        with SyncCounter() as syncs:
+            env.step(actions)
+        assert syncs.count == 0, syncs.calls
+    if validation == "deferred":
+        with pytest.raises(ValueError, match="sub-env 4 got 5"):
+            env.check_actions()
