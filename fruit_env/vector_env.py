@@ -376,6 +376,17 @@ class FruitCatcherVectorEnv(VectorEnv):
         """A copy of the current game state (for analysis and tests)."""
         return core.FruitState(*(t.clone() for t in self._state))
 
+    @state.setter
+    def state(self, state: core.FruitState) -> None:
+        """Plant a game state (for analysis and tests: a scenario built by hand). Pending
+        NEXT_STEP restarts stay; the state must be one the rules can reach."""
+        self._state = state
+
+    @property
+    def pending(self) -> torch.Tensor:
+        """NEXT_STEP: sub-envs whose episode ended on the last step (they restart next step)."""
+        return self._pending
+
     @property
     def _state(self) -> core.FruitState:
         game, _ = unpack(self._packed)

@@ -128,11 +128,11 @@ def fresh_env(**kwargs: Any) -> FruitCatcherVectorEnv:
 
 
 def snapshot(env: FruitCatcherVectorEnv) -> list[torch.Tensor]:
-    return [t.clone() for t in (*env.state, env._pending)]
+    return [t.clone() for t in (*env.state, env.pending)]
 
 
 def assert_unchanged(env: FruitCatcherVectorEnv, before: list[torch.Tensor]) -> None:
-    after = [*env.state, env._pending]
+    after = [*env.state, env.pending]
     for name, a, b in zip((*core.FruitState._fields, "pending"), after, before, strict=True):
         assert torch.equal(a, b), name
 

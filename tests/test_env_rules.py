@@ -1,7 +1,7 @@
 """The rules of Fruit Catcher, one hand-built scenario at a time.
 
 Each test builds a `core.FruitState` by hand (or plants one in a vector env through
-`env._state`) and checks one rule of docs/env.md exactly. Spawning is made predictable with
+`env.state`) and checks one rule of docs/env.md exactly. Spawning is made predictable with
 `spawn_prob` 0.0 / 1.0 and by computing the column from the documented hash in `rng`.
 """
 
@@ -385,7 +385,7 @@ def planted_env(mode: AutoresetMode) -> FruitCatcherVectorEnv:
     game 1 has a fruit falling mid-board."""
     env = FruitCatcherVectorEnv(2, autoreset_mode=mode, **_ENV_RULES)
     env.reset(seed=0)
-    env._state = make_state(
+    env.state = make_state(
         ENDS,
         [
             {"basket": 2, "fruits": [(3, 4), (5, 1)], "score": 1, "t": 6, "caught": 3,

@@ -169,7 +169,7 @@ def test_steps_read_the_host_only_through_the_preallocated_buffer(
     venv.seed(0)
     venv.reset()
     venv.step(np.ones(N, dtype=np.int64))  # builds the buffers
-    buffer = venv._packer.host_array  # type: ignore[union-attr]
+    buffer = venv.host_buffer
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("an output tensor was copied to the host on its own")

@@ -154,6 +154,12 @@ class SB3VecEnv(VecEnv):
 
     # -- stepping --------------------------------------------------------------------------
 
+    @property
+    def host_buffer(self) -> np.ndarray | None:
+        """The one host buffer every step's outputs come through (None before the first
+        step): SB3 gets views of it, never a tensor copied on its own."""
+        return self._packer.host_array if self._packer is not None else None
+
     def reset(self) -> VecEnvObs:
         """Reset every sub-env with the seeds from `seed()` (used once, as in SB3)."""
         if any(self._options):
