@@ -10,6 +10,7 @@ Every head has one interface, so the rollout and the loss never branch on the ac
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -254,7 +255,7 @@ class Policy(nn.Module):
         cnn_channels: tuple[int, ...] = (16, 32),
     ) -> None:
         super().__init__()
-        act = {"tanh": Tanh, "relu": nn.ReLU}[activation]
+        act = {"tanh": Tanh, "relu": functools.partial(nn.ReLU, inplace=True)}[activation]
         self.head = make_head(action_space)
         if is_image_space(observation_space):
             last = channels_last(observation_space.shape)
