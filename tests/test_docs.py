@@ -46,3 +46,22 @@ def test_no_file_cites_a_design_document_outside_the_repository() -> None:
         if name.endswith((".py", ".md", ".toml", ".txt")) and name != "tests/test_docs.py":
             text = (ROOT / name).read_text()
             assert "DESIGN.md" not in text and "../shared" not in text, name
+
+
+def test_the_readme_layout_names_every_module() -> None:
+    text = (ROOT / "README.md").read_text()
+    layout = text[text.index("## Layout") :]
+    for package in ("fruit_env", "grpo_trainer"):
+        for module in sorted((ROOT / package).glob("*.py")):
+            if not module.stem.startswith("__"):
+                assert re.search(rf"\b{module.stem}\b", layout), f"{package}/{module.name}"
+
+
+def test_every_module_says_what_it_owns() -> None:
+    """Every public module of both packages opens with a docstring."""
+    import ast
+
+    for package in ("fruit_env", "grpo_trainer"):
+        for module in sorted((ROOT / package).rglob("*.py")):
+            doc = ast.get_docstring(ast.parse(module.read_text()))
+            assert doc and len(doc) > 20, module
