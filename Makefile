@@ -8,7 +8,7 @@ EXTRAS ?= dev,sb3,jax,video,tensorboard,torchrl
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 comma := ,
 
-.PHONY: venv test train lint format bench bench-quick clean
+.PHONY: venv test train lint format bench bench-quick gpu-check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ bench: venv
 bench-quick: venv
 	$(PY) benchmarks/env_throughput.py --quick
 	$(PY) benchmarks/train_throughput.py --quick
+
+gpu-check: venv
+	$(PY) scripts/gpu_check.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis *.egg-info

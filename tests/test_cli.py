@@ -357,3 +357,37 @@ def test_fresh_interpreter_never_loads_fruit_env_and_entry_point_works() -> None
     assert "fruit_env was imported" not in proc.stderr
     assert proc.returncode == 2, proc.stderr
     assert "argument --lr: invalid float value: 'abc'" in proc.stderr
+
+
+def test_eval_refuses_a_checkpoint_from_another_env(
+    trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint whose config names an env with other spaces is refused by eval, with the
+    mismatch named, as --resume refuses it (regression: eval used to load it unchecked)."""
+    payload = checkpoint.load(trained_run / "checkpoints" / "last.pt")
+    payload["config"]["run"]["env_kwargs"] = {"obs_mode": "pixels"}  # other observations
+    moved = tmp_path / "moved.pt"
+    checkpoint.atomic_save(payload, moved)
+    argv = ["eval", "--checkpoint", str(moved), "--episodes", "2", "--device", "cpu"]
+    code, _, err = run_main(argv, capsys)
+    assert code == 2 and "observation_space" in err and "--checkpoint" in err
+
+
+def test_the_env_kwargs_episode_limit_is_the_horizon() -> None:
+    """Regression: env_kwargs={'max_episode_steps': 50} gives the env a 50-step limit, and
+    episodes mode takes it as its horizon (make_vec leaves the spec at the registered 200)."""
+    import torch
+
+    from grpo_trainer import GRPOTrainer
+    from grpo_trainer.envs import make_envs
+
+    config = GRPOConfig(
+        num_groups=2,
+        group_size=2,
+        rollout="episodes",
+        hidden_sizes=(8,),
+        run=RunConfig(env_kwargs={"max_episode_steps": 50}, progress=False, device="cpu"),
+    )
+    trainer = GRPOTrainer(make_envs(config, config.num_envs, torch.device("cpu")), config)
+    assert trainer.horizon == 50
+    assert trainer.update()["length_mean"] == 50

@@ -65,3 +65,15 @@ def test_every_module_says_what_it_owns() -> None:
         for module in sorted((ROOT / package).rglob("*.py")):
             doc = ast.get_docstring(ast.parse(module.read_text()))
             assert doc and len(doc) > 20, module
+
+
+def test_gpu_check_refuses_without_cuda_in_one_line() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: make gpu-check runs for real")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_check.py")], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert done.stdout.strip().count("\n") == 0 and "needs a CUDA GPU" in done.stdout
