@@ -37,7 +37,7 @@ def resolve_device(name: str) -> torch.device:
 
 # On the CPU, compiling the loss pays once a minibatch has this many samples (measured in
 # docs/performance.md: below it, the compile time is not won back within a run).
-CPU_COMPILE_MIN_SAMPLES = 1 << 30
+CPU_COMPILE_MIN_SAMPLES = 65_536
 
 
 class Compiled:
