@@ -138,7 +138,7 @@ def run_grpo(task: dict[str, Any], seed: int, budget: int) -> dict[str, Any]:
     start = time.perf_counter()
     while trainer.env_steps < budget:
         metrics = trainer.update()
-        zero_std.append(round(metrics["frac_zero_std_groups"], 3))
+        zero_std.append(round(metrics.get("frac_zero_std_groups", float("nan")), 3))
         mean = recent.add(metrics)
         seconds = time.perf_counter() - start
         if mean is not None:

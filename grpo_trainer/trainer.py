@@ -398,8 +398,9 @@ class GRPOTrainer:
             **summarise(reduced, self.env.episode_ratios),
             **{name: reduced[name] for name in ("episodes", "return_min", "return_max")},
             "valid_steps": reduced["valid_steps"],
-            "frac_zero_std_groups": reduced["zero_spread"] / reduced["compared"].clamp_min(1),
+            "frac_zero_std_groups": reduced["zero_spread"] / reduced["compared"],
             "length_max": reduced["length_max"],
+            "compared": reduced["compared"],
             **{name: reduced[name] for name in losses},
             "stop": reduced["stop"],
         }
@@ -408,6 +409,8 @@ class GRPOTrainer:
         if not host["episodes"]:  # a mean over no episode is undefined: leave it out
             for name in per_episode_metrics(host, self.env.episode_ratios):
                 del host[name]
+        if not host.pop("compared"):  # no group step to compare (the first rows of a run)
+            del host["frac_zero_std_groups"]
         return UpdateResult(host, stop_agreed)
 
     def group_seeds(self, point: int, num_groups: int) -> list[int]:
