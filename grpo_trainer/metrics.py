@@ -91,7 +91,8 @@ METRICS: dict[str, Metric] = {
     # -- advantages --
     "frac_zero_std_groups": Metric(
         "derived",
-        "fraction of compared group steps whose returns had no spread (no signal, weight 0)",
+        "fraction of compared group steps whose returns had no spread (no signal, weight 0); "
+        "absent when nothing was compared",
         "{:.2f}",
         live="zero-std",
         summary=True,
