@@ -263,6 +263,7 @@ def breakout(args: argparse.Namespace) -> dict[str, Any]:
     minatar.gym.register_envs()
     env_id = "MinAtar/Breakout-v1"
     budget = args.budget or 1_000_000
+    grpo_budget = args.grpo_budget or budget
     results = []
     for seed in args.seeds:
         config = GRPOConfig(
@@ -271,17 +272,21 @@ def breakout(args: argparse.Namespace) -> dict[str, Any]:
             window=64,
             rollout_steps=64,
             epochs=2,
-            total_env_steps=budget,
+            total_env_steps=grpo_budget,
             run=RunConfig(env=env_id, device="cpu", seed=seed, progress=False),
         )
         trainer = GRPOTrainer(make_envs(config, config.num_envs, torch.device("cpu")), config)
         start = time.perf_counter()
-        while trainer.env_steps < budget:
+        while trainer.env_steps < grpo_budget:
             trainer.update()
         grpo_s = time.perf_counter() - start
         eval_envs = gym.make_vec(env_id, num_envs=100, vectorization_mode="sync")
         grpo = evaluate(trainer.policy, eval_envs, 100, seed=10_000 + seed)["return_mean"]
 
+        if args.no_ppo:
+            results.append({"seed": seed, "grpo_return": grpo, "grpo_train_s": grpo_s})
+            print(results[-1], flush=True)
+            continue
         flat = make_vec_env(
             env_id, n_envs=8, seed=seed, wrapper_class=gym.wrappers.FlattenObservation
         )
@@ -303,6 +308,7 @@ def breakout(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "task": "breakout",
         "budget": budget,
+        "grpo_budget": grpo_budget,
         "grpo_config": config.to_dict(),
         "ppo": "SB3 PPO('MlpPolicy'), default hyper-parameters, 8 envs, flattened planes",
         "runs": results,
@@ -347,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--seed", type=int, nargs="*", default=None, help="fruit: the seed")
     parser.add_argument("--budget", type=int, default=None, help="env steps per run")
+    parser.add_argument("--grpo-budget", type=int, default=None, help="breakout: GRPO's")
+    parser.add_argument("--no-ppo", action="store_true", help="breakout: GRPO alone")
     parser.add_argument("--eval-every", type=int, default=100_000, help="fruit: env steps")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     args = parser.parse_args(argv)
@@ -358,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         result = versus(args.task, args)
     result.update(machine=machine_info(), threads=torch.get_num_threads())
-    path = write_result(f"learning_{args.task}", result)
+    suffix = f"_grpo_{args.grpo_budget}" if args.task == "breakout" and args.grpo_budget else ""
+    path = write_result(f"learning_{args.task}{suffix}", result)
     print(f"wrote {path}")
     return 0
 

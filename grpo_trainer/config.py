@@ -24,7 +24,7 @@ AdvantageMode = Literal["per_step", "outcome"]
 ScaleMode = Literal["group_std", "batch_std", "none"]
 Schedule = Literal["constant", "linear", "cosine"]
 Activation = Literal["tanh", "relu"]
-AmpMode = Literal["auto", "off", "bf16", "fp16"]
+AmpMode = Literal["off", "bf16", "fp16"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 ObsStorage = Literal["auto", "float32", "float16", "bfloat16"]
 
@@ -71,9 +71,7 @@ class RunConfig:
     compile_mode: CompileMode = _field(
         "default", "torch.compile mode; 'reduce-overhead' adds CUDA graphs (CUDA only)"
     )
-    amp: AmpMode = _field(
-        "auto", "mixed precision: 'auto' (bf16 on GPUs that have it, else off), off, bf16, fp16"
-    )
+    amp: AmpMode = _field("off", "mixed precision: off, bf16 or fp16 (fp16 needs CUDA)")
     fused_optimizer: bool = _field(True, "fused AdamW where the device supports it")
     seed: int = _field(0, "seeds the network, the sampling and the groups' starts")
     run_dir: str | None = _field(

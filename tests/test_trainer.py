@@ -404,9 +404,11 @@ def test_should_compile_on_cuda_and_on_large_cpu_minibatches() -> None:
     assert should_compile(False, cuda, big) is False
 
 
-def test_amp_auto_is_off_on_the_cpu() -> None:
-    assert accel.resolve_amp("auto", torch.device("cpu")) == "off"
+def test_amp_is_off_by_default_and_modes_are_checked() -> None:
+    assert RunConfig().amp == "off"
     assert accel.resolve_amp("bf16", torch.device("cpu")) == "bf16"
+    with pytest.raises(ValueError, match="fp16"):
+        accel.resolve_amp("fp16", torch.device("cpu"))
 
 
 def test_resolve_device() -> None:
