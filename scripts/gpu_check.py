@@ -9,7 +9,8 @@ Steps, each in its own process with a time limit (progress is printed as they go
    tests run with the env on the GPU;
 2. `env`: FruitCatcher's env benchmark on the GPU up to 4M envs, eager and compiled, with
    the memory-bandwidth roofline (benchmarks/env_throughput.py);
-3. `train`: training throughput of the default config and of the largest batch that fits;
+3. `train`: training throughput of the default config and of the largest batch that fits,
+   and of the default config with bf16 autocast;
 4. `memory`: peak GPU memory of the default run and of a run at 1M envs;
 5. `profile`: a profiler summary of one default update, with the number of device-to-host
    copies it makes (the design allows one: the metrics).
@@ -63,9 +64,9 @@ def _worker(step: str) -> dict[str, Any]:
 
     device = torch.device("cuda")
 
-    def trainer(num_groups: int, **fields: Any) -> GRPOTrainer:
+    def trainer(num_groups: int, amp: str = "off", **fields: Any) -> GRPOTrainer:
         config = GRPOConfig(
-            num_groups=num_groups, **fields, run=RunConfig(progress=False, device="cuda")
+            num_groups=num_groups, **fields, run=RunConfig(progress=False, device="cuda", amp=amp)
         )
         return GRPOTrainer(make_envs(config, config.num_envs, device), config)
 
@@ -82,7 +83,12 @@ def _worker(step: str) -> dict[str, Any]:
                 break
             finally:
                 torch.cuda.empty_cache()
-        return {"rows": rows}
+        amp = {}
+        for mode in ("off", "bf16"):  # whether bf16 pays on this GPU (it did not on the CPU)
+            t = trainer(128, amp=mode)
+            t.update()
+            amp[mode] = sorted(t.update()["steps_per_s"] for _ in range(3))[1]
+        return {"rows": rows, "default_config_amp": amp}
     if step == "memory":
         out = {}
         for name, groups in (("default", 128), ("1M envs", 131072)):
