@@ -4,7 +4,8 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= dev,sb3,jax,video,tensorboard,torchrl
+EXTRAS ?= dev,sb3,jax,video,tensorboard,torchrl,wandb,sweep,box2d,minatar,envpool,gymnax
+GYMNAX := gymnax==1.0.1
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 comma := ,
 
@@ -13,6 +14,7 @@ comma := ,
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[$(EXTRAS)]'
+	$(if $(findstring gymnax,$(EXTRAS)),$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(GYMNAX))
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -60,11 +60,19 @@ def supported(device: torch.device) -> bool:
     return loader and device.type in ("cpu", "cuda")
 
 
-def package_path(params: FruitParams, mode: AutoresetMode, device: torch.device) -> Path:
-    """Where the package for these rules, mode and device lives (whether or not it exists)."""
+COMPILE_MODES = ("default", "max-autotune", "reduce-overhead")
+
+
+def package_path(
+    params: FruitParams, mode: AutoresetMode, device: torch.device, compile_mode: str = "default"
+) -> Path:
+    """Where the package for these rules, mode and device lives (whether or not it exists).
+    `max-autotune` builds its own package; `reduce-overhead` replays the default one."""
     digest = hashlib.sha256()
+    tuned = ("max-autotune",) if compile_mode == "max-autotune" else ()
     for part in (
         FORMAT,
+        *tuned,
         torch.__version__,
         mode.name,
         dataclasses.astuple(params),
@@ -78,8 +86,10 @@ def package_path(params: FruitParams, mode: AutoresetMode, device: torch.device)
     return cache_dir() / f"{name}.pt2"
 
 
-def is_cached(params: FruitParams, mode: AutoresetMode, device: torch.device) -> bool:
-    return supported(device) and package_path(params, mode, device).is_file()
+def is_cached(
+    params: FruitParams, mode: AutoresetMode, device: torch.device, compile_mode: str = "default"
+) -> bool:
+    return supported(device) and package_path(params, mode, device, compile_mode).is_file()
 
 
 class CompiledStep:
@@ -102,9 +112,62 @@ class CompiledStep:
         return Transition(packed, counter, *out[:3], tuple(out[3:7]), final_obs, out[7])
 
 
-def load(params: FruitParams, mode: AutoresetMode, device: torch.device) -> CompiledStep:
-    """The compiled step, built first if the cache does not hold it (logged at INFO)."""
-    path = package_path(params, mode, device)
+class GraphedStep:
+    """A `CompiledStep` replayed from a CUDA graph (`compile_mode="reduce-overhead"`): one
+    graph launch per env step instead of one launch per kernel, which is what bounds a small
+    batch on a GPU. The graph reads and writes its own buffers, captured on the first call,
+    so the state is copied in and out (the env replaces its state tensors on reset) and the
+    outputs are cloned (a step returns fresh tensors)."""
+
+    def __init__(self, step: CompiledStep) -> None:
+        self._step = step
+        self._graph: Any = None
+        self._inputs: list[torch.Tensor] = []
+        self._out: Transition | None = None
+
+    def __call__(
+        self, packed: torch.Tensor, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
+    ) -> Transition:
+        inputs = (packed, key, counter, action)
+        if self._graph is None or any(
+            a.shape != b.shape for a, b in zip(self._inputs, inputs, strict=True)
+        ):
+            self._capture(inputs)
+        for static, value in zip(self._inputs, inputs, strict=True):
+            static.copy_(value)
+        self._graph.replay()
+        out = self._out
+        assert out is not None
+        packed.copy_(out.packed)
+        counter.copy_(out.counter)
+        final_obs = None if out.final_obs is None else out.final_obs.clone()
+        episode = tuple(e.clone() for e in out.episode)
+        return Transition(
+            packed, counter, out.obs.clone(), out.reward.clone(), out.flags.clone(), episode,
+            final_obs, out.invalid.clone(),
+        )  # fmt: skip
+
+    def _capture(self, inputs: tuple[torch.Tensor, ...]) -> None:
+        self._inputs = [t.clone() for t in inputs]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up outside the graph, on copies of the state
+            for _ in range(2):
+                self._step(*(t.clone() for t in self._inputs))
+        torch.cuda.current_stream().wait_stream(side)
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph):
+            self._out = self._step(*self._inputs)
+
+
+def load(
+    params: FruitParams, mode: AutoresetMode, device: torch.device, compile_mode: str = "default"
+) -> CompiledStep | GraphedStep:
+    """The compiled step, built first if the cache does not hold it (logged at INFO);
+    replayed from a CUDA graph for `compile_mode="reduce-overhead"` (CUDA only)."""
+    if compile_mode == "reduce-overhead":
+        return GraphedStep(load(params, mode, device))
+    path = package_path(params, mode, device, compile_mode)
     if not path.is_file():
         started = time.perf_counter()
         log.info(
@@ -115,7 +178,7 @@ def load(params: FruitParams, mode: AutoresetMode, device: torch.device) -> Comp
             device.type,
             path.parent,
         )
-        build(params, mode, device, path)
+        build(params, mode, device, path, max_autotune=compile_mode == "max-autotune")
         log.info("FruitCatcher: compiled in %.1f s", time.perf_counter() - started)
     return CompiledStep(path, mode, device)
 
@@ -127,11 +190,13 @@ def build(
     path: Path,
     *,
     static_envs: int | None = None,
+    max_autotune: bool = False,
 ) -> None:
     """Export the transition with a dynamic batch dimension and compile it into `path`
     (written under a temporary name first, so that a reader never sees half a package).
     `static_envs`: a graph for that batch size only instead (to measure what the dynamic
-    dimension costs: docs/performance.md)."""
+    dimension costs: docs/performance.md). `max_autotune`: inductor tries kernel configurations
+    and keeps the fastest (a longer build)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     inductor = importlib.import_module("torch._inductor")  # the compiler, only to build
     module = _Step(
@@ -156,7 +221,11 @@ def build(
             exported = torch.export.export(module, example, dynamic_shapes=dynamic, strict=False)
             with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
                 partial = Path(tmp) / path.name
-                inductor.aoti_compile_and_package(exported, package_path=str(partial))
+                inductor.aoti_compile_and_package(
+                    exported,
+                    package_path=str(partial),
+                    inductor_configs={"max_autotune": True} if max_autotune else None,
+                )
                 os.replace(partial, path)
     finally:
         torch.set_num_threads(threads)

@@ -74,6 +74,11 @@ class FruitCatcherVectorEnv(VectorEnv):
     * `compile`: `True` runs the compiled step (building it first if the cache lacks it),
       `False` the eager step, `"auto"` (the default) the compiled step on CUDA and on the
       CPU when it is already cached, else the eager step.
+    * `compile_mode`: how the compiled step is built and run. `"default"`; `"max-autotune"`:
+      inductor tries kernel configurations and keeps the fastest (its own cached package, a
+      longer build); `"reduce-overhead"`: on CUDA the step is replayed from a CUDA graph, one
+      launch per step instead of one per kernel (elsewhere the default, with a log line).
+      `env.compile_mode` says which mode runs.
     """
 
     metadata = {
@@ -82,9 +87,15 @@ class FruitCatcherVectorEnv(VectorEnv):
         "render_fps": RENDER_FPS,
         # Success ratios of the episode fields: catch_rate = caught / (caught + missed).
         "episode_ratios": {"catch_rate": ("caught", "missed")},
+        # What counts as having learned the game (a greedy catch rate the project's default
+        # training run reaches on every seed studied): trainers may report when they get there.
+        "episode_goals": {"catch_rate": 0.70},
         # `make_vec` keyword arguments for a caller whose actions are always valid (a
         # trainer sampling from the action space): skip the per-step action check.
         "fast_kwargs": {"validate_actions": False},
+        # Sub-env i plays the same game for the same seed and actions whatever num_envs is
+        # (its randomness is its own key and counter): `fruit_env.checker` tests the claim.
+        "num_envs_invariant": True,
     }
 
     def __init__(
@@ -96,6 +107,7 @@ class FruitCatcherVectorEnv(VectorEnv):
         render_mode: str | None = None,
         validate_actions: bool | str = True,
         compile: bool | str = "auto",
+        compile_mode: str = "default",
         **rules: Any,
     ) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)):
@@ -108,6 +120,10 @@ class FruitCatcherVectorEnv(VectorEnv):
             )
         if not (isinstance(compile, bool) or (isinstance(compile, str) and compile == "auto")):
             raise ValueError(f"compile must be True, False or 'auto', got {compile!r}")
+        if compile_mode not in compiled.COMPILE_MODES:
+            raise ValueError(
+                f"compile_mode must be one of {compiled.COMPILE_MODES}, got {compile_mode!r}"
+            )
         self.params = FruitParams(**rules)
         self.num_envs = int(num_envs)
         self.device = resolve_device(device)
@@ -127,7 +143,8 @@ class FruitCatcherVectorEnv(VectorEnv):
         else:
             self.single_observation_space = gym.spaces.Box(0, 255, (1, p.height, p.width), np.uint8)
 
-        self._compiled = _compiled_step(compile, p, mode, self.device)
+        self.compile_mode = _runnable_compile_mode(compile_mode, self.device)  # which one runs
+        self._compiled = _compiled_step(compile, p, mode, self.device, self.compile_mode)
         self.compiled = self._compiled is not None  # which step runs (see `compile`)
         self._eager = (
             None
@@ -492,9 +509,24 @@ def _log_once(message: str, *args: object) -> None:
         log.info(text)
 
 
+def _runnable_compile_mode(requested: str, device: torch.device) -> str:
+    """`requested`, except CUDA graphs off CUDA: the default mode there, with a log line."""
+    if requested == "reduce-overhead" and device.type != "cuda":
+        _log_once(
+            f"FruitCatcher: compile_mode='reduce-overhead' (CUDA graphs) needs CUDA; "
+            f"the {device.type} step runs as compile_mode='default'"
+        )
+        return "default"
+    return requested
+
+
 def _compiled_step(
-    choice: bool | str, params: FruitParams, mode: AutoresetMode, device: torch.device
-) -> compiled.CompiledStep | None:
+    choice: bool | str,
+    params: FruitParams,
+    mode: AutoresetMode,
+    device: torch.device,
+    compile_mode: str = "default",
+) -> compiled.CompiledStep | compiled.GraphedStep | None:
     """The compiled step that `compile=choice` asks for, or None for the eager step."""
     if choice is False:
         return None
@@ -508,7 +540,8 @@ def _compiled_step(
         else:
             _log_once("FruitCatcher: eager step on %s (compile='auto')", device.type)
         return None
-    if choice == "auto" and device.type != "cuda" and not compiled.is_cached(params, mode, device):
+    cached = compiled.is_cached(params, mode, device, compile_mode)
+    if choice == "auto" and device.type != "cuda" and not cached:
         _log_once(
             "FruitCatcher: eager step on %s (compile='auto': no compiled step for these rules, "
             "%s, %s observations in %s; compile=True builds it, once per machine)",
@@ -519,7 +552,7 @@ def _compiled_step(
         )
         return None
     try:
-        step = compiled.load(params, mode, device)
+        step = compiled.load(params, mode, device, compile_mode)
     except Exception as err:  # no C++ compiler, say: the eager step gives the same games
         log.warning("FruitCatcher: building the compiled step failed (%s); running eager", err)
         return None

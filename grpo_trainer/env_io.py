@@ -71,6 +71,9 @@ class EnvIO:
         # Success ratios the env declares over its episode fields, e.g. Fruit Catcher's
         # {"catch_rate": ("caught", "missed")}: reported as hits / (hits + misses).
         self.episode_ratios: dict[str, tuple[str, str]] = dict(metadata.get("episode_ratios", {}))
+        # Scores the env calls good enough, e.g. {"catch_rate": 0.70}: the run records when
+        # its evaluation first reaches one (periodic_eval).
+        self.episode_goals: dict[str, float] = dict(metadata.get("episode_goals", {}))
         self.restarts: Restarts = self._find_restarts()
         self.numpy_actions: bool | None = None  # decided by what reset returns
         self.per_env_seeds: bool | None = None  # does reset accept a list of seeds?
@@ -91,8 +94,8 @@ class EnvIO:
             return int(own)
         spec = getattr(self.envs, "spec", None)
         steps = getattr(spec, "max_episode_steps", None)
-        if steps is None and spec is not None:
-            steps = spec.kwargs.get("max_episode_steps")
+        if steps is None and spec is not None:  # an EnvSpec registered without a limit
+            steps = (getattr(spec, "kwargs", None) or {}).get("max_episode_steps")
         return int(steps) if steps else None
 
     # -- starting groups ---------------------------------------------------------------------
@@ -136,10 +139,10 @@ class EnvIO:
 
         `fresh` `(B,)` marks sub-envs that start a new game: with snapshots, only the sub-envs
         that are their own `source` reset, and the rest copy them; with seeded resets, each
-        resets with `seeds()[b]` (equal within a group). `source` `(B,)`: every sub-env `b` ends up in the
-        state of sub-env `source[b]` (itself, for those that go on). With snapshots, a
-        sub-env whose source is another, not fresh one *branches*: it continues from the
-        state that sub-env has reached.
+        resets with `seeds()[b]` (equal within a group). `source` `(B,)`: every sub-env `b`
+        ends up in the state of sub-env `source[b]` (itself, for those that go on). With
+        snapshots, a sub-env whose source is another, not fresh one *branches*: it continues
+        from the state that sub-env has reached.
         """
         if self.restarts == "snapshot":
             leaders = fresh & (source == self.indices)
@@ -204,6 +207,8 @@ class EnvIO:
 
     def _check_identical_starts(self, obs: Any, group_size: int) -> None:
         """Once, at the first reset: warn if equal seeds did not give equal observations."""
+        if isinstance(obs, torch.Tensor) and obs.is_meta:
+            return  # the test device: shapes without values, nothing to compare
         first = to_tensor(obs, torch.device("cpu")).reshape(self.num_envs, -1)
         grouped = first.unflatten(0, (-1, group_size))
         if not bool((grouped == grouped[:, :1]).all()):

@@ -4,22 +4,41 @@ When the trainer builds its own env it passes `device` if the env takes one, and
 declared fast options: a vector env class may list, in `metadata["fast_kwargs"]`, keyword
 arguments that are safe for a caller whose actions always come from the action space and
 that make it faster (Fruit Catcher: no per-step action check). The user's `env_kwargs` win.
+
+Envs from libraries with their own vector API come through `FACTORIES`, by a prefix:
+`gymnax:CartPole-v1` (JAX envs, handed over to torch through DLPack), `envpool:CartPole-v1`
+and `minatar:Breakout-v1`. Each factory imports its library only when called, and says
+(once, as a warning) what the env lacks and what the trainer does instead. Other ids,
+`module:EnvId` included, go to `gymnasium.make_vec`.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import torch
+from gymnasium.vector import AutoresetMode
 
 from grpo_trainer.config import GRPOConfig
 
 
 def make_envs(config: GRPOConfig, num_envs: int, device: torch.device, **extra: Any) -> Any:
-    """`gymnasium.make_vec` for the config's env, with `device` and the env's fast options."""
+    """`gymnasium.make_vec` for the config's env, with `device` and the env's fast options;
+    or the factory its prefix names (`FACTORIES`)."""
+    prefix, _, name = config.run.env.partition(":")
+    if name and prefix in FACTORIES:
+        kwargs = {**config.run.env_kwargs, **extra}
+        try:
+            return FACTORIES[prefix](name, num_envs, device, config.run.seed, kwargs)
+        except ModuleNotFoundError as err:
+            raise ValueError(
+                f"env {config.run.env!r} needs {err.name!r}: pip install -e '.[{prefix}]'"
+            ) from None
     creator = _vector_creator(config.run.env)
     kwargs: dict[str, Any] = {}
     if creator is not None:
@@ -53,3 +72,55 @@ def _accepts(creator: Any, name: str) -> bool:
         return name in inspect.signature(creator).parameters
     except (TypeError, ValueError):
         return False
+
+
+# -- envs from libraries with their own vector API ---------------------------------------------
+
+Factory = Callable[[str, int, torch.device, int, dict[str, Any]], Any]
+
+
+def _gymnax(name: str, num_envs: int, device: torch.device, seed: int, kwargs: dict) -> Any:
+    """A gymnax env, batched by gymnax's Gymnasium wrapper and handed to torch by Gymnasium's
+    `JaxToTorch` (DLPack: no copy when JAX and torch share the device). gymnax resets an
+    ended sub-env within the same step (SAME_STEP) and takes one seed for all sub-envs."""
+    import gymnax
+    from gymnasium.wrappers.vector import JaxToTorch
+    from gymnax.wrappers.gym import GymnaxToVectorGymWrapper
+
+    env, params = gymnax.make(name, **kwargs)
+    vector = GymnaxToVectorGymWrapper(env, num_envs=num_envs, params=params, seed=seed)
+    vector.metadata = {**vector.metadata, "autoreset_mode": AutoresetMode.SAME_STEP}
+    warnings.warn(  # the warnings filter shows it once per process
+        f"gymnax:{name}: the episode limit is gymnax's own "
+        f"({getattr(params, 'max_steps_in_episode', 'none')} steps), which the trainer does not "
+        "see: windowed rollouts need none; rollout='episodes' needs max_episode_steps",
+        stacklevel=3,
+    )
+    return JaxToTorch(vector, device=device)
+
+
+def _envpool(name: str, num_envs: int, device: torch.device, seed: int, kwargs: dict) -> Any:
+    """An EnvPool env (numpy, C++ threads). Its seeds are fixed when it is made, so
+    `reset(seed=...)` cannot start a group's members alike."""
+    import envpool
+
+    warnings.warn(
+        f"envpool:{name}: seeds are fixed at creation (its reset ignores seeds), so group "
+        "members do not start alike; they are compared at the same step",
+        stacklevel=3,
+    )
+    env = envpool.make_gymnasium(name, num_envs=num_envs, seed=seed, **kwargs)
+    env.max_episode_steps = env.spec.config.max_episode_steps  # EnvPool keeps it in its config
+    return env
+
+
+def _minatar(name: str, num_envs: int, device: torch.device, seed: int, kwargs: dict) -> Any:
+    """A MinAtar game (10x10 image planes, no time limit) in Gymnasium's `SyncVectorEnv`,
+    which resets a group's members with one seed."""
+    import minatar.gym
+
+    minatar.gym.register_envs()
+    return gym.make_vec(f"MinAtar/{name}", num_envs=num_envs, vectorization_mode="sync", **kwargs)
+
+
+FACTORIES: dict[str, Factory] = {"gymnax": _gymnax, "envpool": _envpool, "minatar": _minatar}

@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode
-from syncs import SyncCounter
 
 from fruit_env import FruitCatcherVectorEnv, compiled
+from fruit_env.syncs import SyncCounter
 
 SHORT = {"width": 8, "height": 6, "win_score": 3, "lose_score": -3, "max_episode_steps": 6}
 TEST_CACHE = Path(tempfile.gettempdir()) / "fruit_env_test_cache"
@@ -186,3 +186,72 @@ def test_the_compiled_step_reads_nothing_on_the_host(shared_cache: Path, validat
     if validation == "deferred":
         with pytest.raises(ValueError, match="sub-env 4 got 5"):
             env.check_actions()
+
+
+def test_compile_mode_is_checked() -> None:
+    with pytest.raises(ValueError, match=r"compile_mode must be one of .*'fast'"):
+        FruitCatcherVectorEnv(2, compile_mode="fast")
+
+
+def test_max_autotune_has_its_own_package_and_reduce_overhead_shares_the_default(
+    shared_cache: Path,
+) -> None:
+    """max-autotune changes the kernels, so it is cached apart; reduce-overhead replays the
+    default package from a CUDA graph."""
+    p, cpu, mode = (
+        FruitCatcherVectorEnv(2, **SHORT).params,
+        torch.device("cpu"),
+        AutoresetMode.NEXT_STEP,
+    )
+    default = compiled.package_path(p, mode, cpu)
+    assert compiled.package_path(p, mode, cpu, "reduce-overhead") == default
+    assert compiled.package_path(p, mode, cpu, "max-autotune") != default
+
+
+@pytest.mark.slow
+def test_reduce_overhead_off_cuda_is_the_default_step_with_a_log_line(
+    shared_cache: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="fruit_env")
+    graphed = FruitCatcherVectorEnv(5, compile=True, compile_mode="reduce-overhead", **SHORT)
+    plain = FruitCatcherVectorEnv(5, compile=True, **SHORT)
+    assert graphed.compiled is True and graphed.compile_mode == "default"
+    assert any(
+        "compile_mode='reduce-overhead' (CUDA graphs) needs CUDA" in r.getMessage()
+        for r in caplog.records
+    )
+    for got, expected in zip(rollout(graphed, 30, 3), rollout(plain, 30, 3), strict=True):
+        assert np.array_equal(got, expected)
+
+
+def _cuda_rollout(env: FruitCatcherVectorEnv, steps: int, seed: int) -> list[torch.Tensor]:
+    gen = torch.Generator(device=env.device).manual_seed(seed)
+    obs, _ = env.reset(seed=seed)
+    outputs = [obs.clone()]
+    kept = []
+    for step in range(steps):
+        actions = torch.randint(0, 3, (env.num_envs,), generator=gen, device=env.device)
+        out = env.step(actions)
+        kept.append(out[0])  # a returned tensor must not change under later steps
+        outputs += [out[0].clone(), out[1].clone(), out[2].clone(), out[3].clone()]
+        outputs += [v.clone() for v in out[4]["episode"].values()]
+        if step == steps // 2:
+            obs, _ = env.reset(seed=seed + 1)  # new state tensors: the graph copies them in
+            outputs.append(obs.clone())
+    outputs += [k for k in kept]
+    return [*outputs, *env.state]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=[m.name for m in AutoresetMode])
+def test_reduce_overhead_on_cuda_replays_the_same_games(mode: AutoresetMode) -> None:
+    """The CUDA-graph step gives the compiled step's games bit for bit, across episode ends
+    and a reset that replaces the state, and its outputs are fresh tensors."""
+    rules: dict[str, Any] = {**SHORT, "autoreset_mode": mode, "validate_actions": False}
+    graphed = FruitCatcherVectorEnv(7, device="cuda", compile_mode="reduce-overhead", **rules)
+    plain = FruitCatcherVectorEnv(7, device="cuda", **rules)
+    assert graphed.compiled and graphed.compile_mode == "reduce-overhead"
+    for got, expected in zip(
+        _cuda_rollout(graphed, 40, 5), _cuda_rollout(plain, 40, 5), strict=True
+    ):
+        assert torch.equal(got, expected)

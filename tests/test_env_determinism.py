@@ -261,8 +261,8 @@ def mutate_outputs(step_out: tuple[Any, ...]) -> None:
 
 @pytest.mark.parametrize("mode", list(AutoresetMode), ids=MODE_IDS)
 def test_mutating_outputs_does_not_change_the_game(mode: AutoresetMode) -> None:
-    """Outputs are fresh tensors (docs/architecture.md): writing into every returned tensor after each
-    step leaves the env's trajectory identical to an untouched twin's."""
+    """Outputs are fresh tensors (docs/architecture.md): writing into every returned tensor
+    after each step leaves the env's trajectory identical to an untouched twin's."""
     actions = random_actions(60, 3, seed=16)
     clean = FruitCatcherVectorEnv(3, autoreset_mode=mode, **SHORT)
     dirty = FruitCatcherVectorEnv(3, autoreset_mode=mode, **SHORT)

@@ -3,7 +3,7 @@ host tensor.
 
 * On `device="meta"` (shapes only, no data), a tensor mixed with a CPU tensor raises, and
   so does reading a value (`.item()`, `bool()`): reset and step running there prove both.
-* `SyncCounter` (tests/syncs.py) counts the aten calls that read device data on the host;
+* `SyncCounter` (fruit_env/syncs.py) counts the aten calls that read device data on the host;
   a step with the trainer's settings (`metadata["fast_kwargs"]`) or with deferred action
   validation makes none.
 """
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode
-from syncs import SyncCounter
 
 from fruit_env import ENV_ID, FruitCatcherVectorEnv
+from fruit_env.syncs import SyncCounter
 
 MODES = list(AutoresetMode)
 SHORT = {"win_score": 3, "lose_score": -3, "max_episode_steps": 6}
@@ -150,3 +150,17 @@ def test_the_counter_sees_what_would_sync() -> None:
         x.nonzero()
         _ = x[x > 0]
     assert len(syncs.calls) == 3
+
+
+def test_host_views_refuse_a_meta_env_by_name() -> None:
+    """The numpy and DLPack views exist to share a step's memory with another framework;
+    on meta there is none, and each says so naming the device: NumpyView when it wraps the
+    env, DLPackView at the first output (where it probes what `xp` can import)."""
+    from fruit_env.wrappers import DLPackView, NumpyView
+
+    env = FruitCatcherVectorEnv(2, device="meta", validate_actions=False)
+    with pytest.raises(ValueError, match="the env runs on meta"):
+        NumpyView(env)
+    view = DLPackView(env, np)
+    with pytest.raises(ValueError, match="cannot import tensors on meta"):
+        view.reset(seed=0)

@@ -27,6 +27,7 @@ def test_every_library_has_a_snippet() -> None:
     for needle in ("SB3VecEnv", 'autoreset_mode="SAME_STEP"', "DLPackView", "GymWrapper"):
         assert needle in code
     assert "RecordVideo" in code and "tensorboard=True" in code
+    assert "check_vector_env" in code
 
 
 @pytest.mark.parametrize("index", range(len(doc_snippets())))

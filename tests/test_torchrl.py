@@ -1,4 +1,5 @@
-"""TorchRL's GymWrapper drives the torch vector env (DISABLED autoreset, TorchRL's own resets)."""
+"""TorchRL's GymWrapper drives the torch vector env: DISABLED autoreset with TorchRL's own
+resets, and SAME_STEP through `fruit_env.adapters.torchrl.FlatEpisodeInfo`."""
 
 from __future__ import annotations
 
@@ -23,14 +24,9 @@ N = 4
 
 
 def fruit_env(**kwargs: Any) -> FruitCatcherVectorEnv:
-    env = FruitCatcherVectorEnv(
+    return FruitCatcherVectorEnv(
         N, autoreset_mode="DISABLED", max_episode_steps=5, **RULES, **kwargs
     )
-    # TorchRL reads `env.autoreset_mode`, as Gymnasium's SyncVectorEnv has it; ours keeps the
-    # mode in `metadata` only, so mirror it (harmless once the env grows the attribute).
-    if not hasattr(env, "autoreset_mode"):
-        env.autoreset_mode = env.metadata["autoreset_mode"]  # type: ignore[attr-defined]
-    return env
 
 
 def test_specs_follow_the_env_and_pass_torchrl_checks() -> None:
@@ -70,3 +66,44 @@ def test_rollout_equals_driving_the_env_by_hand() -> None:
             obs, _ = ref.reset(options={"reset_mask": done})
     assert rollout["next", "done"].sum() == 2 * N  # two 5-step episodes per sub-env ended
     assert rollout["next", "reward"].abs().sum() > 0
+
+
+def test_same_step_runs_with_flat_episode_info() -> None:
+    """SAME_STEP through `FlatEpisodeInfo`: TorchRL's rollout equals the env driven by hand.
+    An ended step's `("next", "observation")` is the episode's last observation (the env's
+    `final_obs`), the next step starts from the env's own reset observation, and the episode
+    statistics arrive under flat keys, those of the ended episode on an ended step. (When
+    every sub-env ends on the same step, TorchRL resets the env itself instead; the games
+    here end at different steps, checked below.)"""
+    from fruit_env.adapters.torchrl import FlatEpisodeInfo
+
+    def same_step() -> FruitCatcherVectorEnv:
+        rules = {**RULES, "win_score": 2, "lose_score": -2, "max_episode_steps": 9}
+        return FruitCatcherVectorEnv(N, autoreset_mode="SAME_STEP", **rules)
+
+    steps = 30
+    env = GymWrapper(FlatEpisodeInfo(same_step()), categorical_action_encoding=True)
+    policy = TensorDictModule(chase_policy, in_keys=["observation"], out_keys=["action"])
+    start = env.reset(seed=5)
+    rollout = env.rollout(
+        steps, policy, auto_reset=False, tensordict=start, break_when_any_done=False
+    )
+    ref = same_step()
+    obs, _ = ref.reset(seed=5)
+    nxt = rollout["next"]
+    ends = 0
+    for t in range(steps):
+        assert torch.equal(rollout["observation"][:, t], obs)
+        action = chase_policy(obs)
+        assert torch.equal(rollout["action"][:, t], action)
+        obs, reward, terminated, truncated, info = ref.step(action)
+        ended = info["_episode"]
+        assert not ended.all()  # the precondition above
+        ends += int(ended.sum())
+        last = torch.where(ended[:, None], info["final_obs"], obs)
+        assert torch.equal(nxt["observation"][:, t], last)
+        assert torch.equal(nxt["reward"][:, t, 0], reward)
+        assert torch.equal(nxt["done"][:, t, 0], terminated | truncated)
+        for name, value in info["episode"].items():
+            assert torch.equal(nxt[f"episode_{name}"][:, t], value)
+    assert ends >= N

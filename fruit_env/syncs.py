@@ -1,6 +1,6 @@
 """Counting host syncs: a `TorchDispatchMode` that records the aten calls which copy device
-data to the host (a CUDA sync), so that a test on the CPU can assert that code would not
-sync on a GPU.
+data to the host (a CUDA sync), so that a test or `fruit_env.checker` on the CPU can
+assert that code would not sync on a GPU.
 
     with SyncCounter() as syncs:
         env.step(actions)
@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["INDEX_OPS", "SYNC_OPS", "SyncCounter"]
 
 aten = torch.ops.aten
 SYNC_OPS = frozenset({aten._local_scalar_dense, aten.is_nonzero, aten.nonzero, aten.masked_select})

@@ -1,0 +1,139 @@
+"""Run `fruit_env.checker.check_vector_env` on third-party vector envs that are installed and
+print one markdown table of the findings (docs/integrations.md, "Checking any vector env").
+
+    python scripts/check_third_party.py [--steps 64] [--json]
+
+Each env is built as the project builds it (see `grpo_trainer/envs.py`); one that needs a
+package which is not installed is listed as skipped, with the missing package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+from fruit_env.checker import CHECKS, CheckReport, check_vector_env
+
+NUM_ENVS = 4
+
+
+def _cartpole_vector(n: int) -> Any:
+    return gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="vector_entry_point")
+
+
+def _sync(env_id: str, *needs: str) -> Callable[[int], Any]:
+    def make(n: int) -> Any:
+        for module in needs:
+            __import__(module)
+        return gym.make_vec(env_id, num_envs=n, vectorization_mode="sync")
+
+    return make
+
+
+def _envpool(n: int) -> Any:
+    import envpool
+
+    return envpool.make_gymnasium("CartPole-v1", num_envs=n, seed=0)
+
+
+def _gymnax(n: int) -> Any:
+    import gymnax
+    from gymnasium.vector import AutoresetMode
+    from gymnasium.wrappers.vector import JaxToTorch
+    from gymnax.wrappers.gym import GymnaxToVectorGymWrapper
+
+    env, params = gymnax.make("CartPole-v1")
+    vector = GymnaxToVectorGymWrapper(env, num_envs=n, params=params, seed=0)
+    # gymnax resets an ended sub-env within the step; its wrapper does not say so
+    vector.metadata = {**vector.metadata, "autoreset_mode": AutoresetMode.SAME_STEP}
+    return JaxToTorch(vector, device="cpu")
+
+
+def _minatar(n: int) -> Any:
+    import minatar.gym
+
+    minatar.gym.register_envs()
+    return gym.make_vec("MinAtar/Breakout-v1", num_envs=n, vectorization_mode="sync")
+
+
+ENVS: dict[str, Callable[[int], Any]] = {
+    "Gymnasium CartPoleVectorEnv": _cartpole_vector,
+    "SyncVectorEnv(CartPole-v1)": _sync("CartPole-v1"),
+    "SyncVectorEnv(LunarLander-v3)": _sync("LunarLander-v3", "Box2D", "pygame"),
+    "EnvPool CartPole-v1": _envpool,
+    "gymnax CartPole-v1 + JaxToTorch": _gymnax,
+    "MinAtar Breakout (SyncVectorEnv)": _minatar,
+}
+
+
+def check_all(steps: int = 64) -> dict[str, CheckReport | str]:
+    """{env name: report, or why it was skipped}."""
+    results: dict[str, CheckReport | str] = {}
+    for name, make in ENVS.items():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                env = make(NUM_ENVS)
+        except ImportError as err:
+            results[name] = f"not installed ({err.name or err})"
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                results[name] = check_vector_env(env, steps=steps, make_env=make)
+            finally:
+                env.close()
+    return results
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown(results: dict[str, CheckReport | str]) -> str:
+    """One row per env: each check's status, then the evidence of what did not pass."""
+    lines = [
+        "| env | " + " | ".join(CHECKS) + " | evidence (not passed) |",
+        "|---" * (len(CHECKS) + 2) + "|",
+    ]
+    for name, report in results.items():
+        if isinstance(report, str):
+            lines.append(f"| {name} | " + " | ".join("—" for _ in CHECKS) + f" | {report} |")
+            continue
+        statuses = report.statuses()
+        notes = [
+            f"**{c.name}**: {c.evidence}"
+            for c in report.checks
+            if c.status in ("warn", "fail") or (c.status == "skip" and c.name == "autoreset")
+        ]
+        row = " | ".join(statuses.get(check, "—") for check in CHECKS)
+        lines.append(f"| {name} | {row} | {_cell('<br>'.join(notes))} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=64)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    results = check_all(args.steps)
+    if args.json:
+        print(
+            json.dumps(
+                {k: v if isinstance(v, str) else v.to_dict() for k, v in results.items()},
+                indent=2,
+            )
+        )
+    else:
+        print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
