@@ -1,4 +1,4 @@
-"""`python -m grpo_trainer train | eval | play`."""
+"""`python -m grpo_trainer train | eval | play | sweep`."""
 
 import sys
 

@@ -18,7 +18,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def resolve_device(name: str) -> torch.device:
-    """ "auto" -> cuda when available, else cpu; anything else must exist on this machine."""
+    """ "auto" -> cuda when available, else cpu; anything else must exist on this machine.
+
+    "meta" is accepted as a test device: tensors with shapes and no data, so a hot path run on
+    it fails on any tensor made on the CPU by mistake and on any host read of a value.
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -30,9 +34,17 @@ def resolve_device(name: str) -> torch.device:
             raise ValueError(f"device {name!r}: CUDA is not available on this machine")
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise ValueError(f"device {name!r}: only {torch.cuda.device_count()} GPU(s) here")
-    elif device.type != "cpu":
+    elif device.type not in ("cpu", "meta"):
         raise ValueError(f"device {name!r}: only 'auto', 'cpu' and 'cuda[:N]' are supported")
     return device
+
+
+def make_generator(device: torch.device, seed: int) -> torch.Generator:
+    """A seeded random generator for `device` (the meta device has none of its own; a CPU one
+    serves, since a draw on meta makes no data)."""
+    generator = torch.Generator(device="cpu" if device.type == "meta" else device)
+    generator.manual_seed(seed)
+    return generator
 
 
 # On the CPU, compiling the loss pays once a minibatch has this many samples (measured in
@@ -107,9 +119,17 @@ def make_optimizer(
 ) -> tuple[torch.optim.AdamW, bool]:
     """AdamW, fused where supported (one kernel per step, and device-side step skipping)."""
     params = list(params)
+    if fused and params[0].device.type not in ("cpu", "cuda"):
+        log.info("fused AdamW runs on the CPU and CUDA, not %s; using foreach", params[0].device)
+        fused = False
     if fused:
         try:
             return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True), True
         except (RuntimeError, ValueError) as err:
             log.info("fused AdamW unavailable (%s); using foreach", err)
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=True), False
+    # capturable: the step count lives on the GPU, so that a skipped step can be undone there
+    capturable = params[0].device.type == "cuda"
+    foreach = torch.optim.AdamW(
+        params, lr=lr, weight_decay=weight_decay, foreach=True, capturable=capturable
+    )
+    return foreach, False

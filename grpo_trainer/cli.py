@@ -1,4 +1,4 @@
-"""Command line: `python -m grpo_trainer train | eval | play` (also the `grpo` script).
+"""Command line: `python -m grpo_trainer train | eval | play | sweep` (also the `grpo` script).
 
 Every field of `GRPOConfig` and `RunConfig` is a flag (`num_groups` -> `--num-groups`),
 generated from the dataclasses so the two can never disagree.
@@ -13,15 +13,16 @@ import logging
 import re
 import signal
 import sys
-import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
-from grpo_trainer.config import GRPOConfig, RunConfig
+from grpo_trainer.config import GRPOConfig, RunConfig, field_type
 
 log = logging.getLogger("grpo_trainer")
+
+EXTRAS = ("wandb", "optuna")  # optional packages whose absence is a usage error (exit 2)
 
 
 def _flag(name: str) -> str:
@@ -33,16 +34,14 @@ def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, hint: 
     defaults stay with the dataclass (shown in the help)."""
     default = field.default_factory() if callable(field.default_factory) else field.default
     shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+    shown = json.dumps(shown) if isinstance(shown, dict) else shown
     kwargs: dict[str, Any] = {
         "dest": field.name,
         "default": argparse.SUPPRESS,
-        "help": f"{field.metadata['help']} (default: {json.dumps(shown) if isinstance(shown, dict) else shown})",
+        "help": f"{field.metadata['help']} (default: {shown})",
     }
+    hint = field_type(hint)[0]
     origin, args = get_origin(hint), get_args(hint)
-    optional = origin in (typing.Union, types.UnionType) and type(None) in args
-    if optional:
-        hint = next(a for a in args if a is not type(None))
-        origin, args = get_origin(hint), get_args(hint)
     if hint is bool:
         kwargs["action"] = argparse.BooleanOptionalAction
     elif origin is typing.Literal:
@@ -109,6 +108,44 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--device", default="auto")
     evaluate.add_argument("--seed", type=int, default=12345)
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+
+    sweep = sub.add_parser(
+        "sweep",
+        help="search hyper-parameters with Optuna (the sweep extra)",
+        description="Search config fields with Optuna: each trial trains in this process into "
+        "SWEEP_DIR/trial_NNNN/; results.csv and best_config.json are rewritten after every "
+        "trial, and the same command continues an interrupted sweep. docs/trainer.md "
+        "explains the objectives and the pruner.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    sweep.add_argument(
+        "--space",
+        type=Path,
+        required=True,
+        help='JSON: {"lr": {"low": 0.003, "high": 0.03, '
+        '"log": true}, "epochs": {"choices": [4, 8]}}; run fields as "run.NAME"',
+    )
+    sweep.add_argument("--trials", type=int, default=20, help="finished trials wanted in all")
+    sweep.add_argument(
+        "--sweep-dir", type=Path, default=Path("runs/sweep"), help="study.db, trials, results"
+    )
+    sweep.add_argument("--config", type=Path, help="the base config.json every trial starts from")
+    sweep.add_argument(
+        "--objective",
+        choices=["eval_score", "time_to_target"],
+        default="eval_score",
+        help="eval_score: the best evaluation score, maximised; time_to_target: wall seconds "
+        "to the target (run.target or the env's goal), minimised",
+    )
+    sweep.add_argument(
+        "--pruner",
+        choices=["median", "none"],
+        default="median",
+        help="median: stop a trial whose evaluation is worse than the median of earlier "
+        "trials' at the same step (after 5 finished trials)",
+    )
+    sweep.add_argument("--seed", type=int, default=0, help="the sampler's seed")
+    sweep.add_argument("--study-name", default="sweep", help="the study's name in study.db")
 
     play = sub.add_parser("play", help="record or show a trained agent")
     play.add_argument("--checkpoint", type=Path, required=True)
@@ -178,6 +215,40 @@ def _train(args: argparse.Namespace) -> int:
     return 0 if metrics or config.run.resume else 1
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from grpo_trainer.search_space import load_space
+    from grpo_trainer.sweep import best_trial, import_optuna, run_sweep
+
+    import_optuna()
+    if args.trials < 1:
+        raise ValueError(f"argument --trials: must be at least 1, got {args.trials}")
+    try:
+        params = load_space(args.space)
+    except ValueError as err:
+        raise ValueError(f"argument --space: {err}") from None
+    try:
+        base = config_from_args(argparse.Namespace(config=args.config))
+    except ValueError as err:
+        raise ValueError(f"argument --config: {err}") from None
+    study = run_sweep(
+        params,
+        base,
+        args.trials,
+        args.sweep_dir,
+        objective=args.objective,
+        pruner=args.pruner,
+        seed=args.seed,
+        study_name=args.study_name,
+    )
+    best = best_trial(study)
+    if best is None:
+        print(f"no trial completed; see {args.sweep_dir / 'results.csv'}")
+        return 1
+    print(f"best trial {best.number}: {args.objective} {best.value:.4g} {best.params}")
+    print(f"train it: python -m grpo_trainer train --config {args.sweep_dir / 'best_config.json'}")
+    return 0
+
+
 def _eval(args: argparse.Namespace) -> int:
     from grpo_trainer import checkpoint
     from grpo_trainer.accel import resolve_device
@@ -238,16 +309,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    command = {"train": _train, "eval": _eval, "play": _play}[args.command]
+    command = {"train": _train, "eval": _eval, "play": _play, "sweep": _sweep}[args.command]
     del args.command, args.verbose
     name = command.__name__[1:]
     try:
         return command(args)
     except ValueError as err:
         parser.exit(2, f"grpo {name}: error: {_name_flag(parser, name, str(err))}\n")
+    except ImportError as err:
+        if err.name not in EXTRAS:  # a missing extra is the user's to install; else a bug
+            raise
+        parser.exit(2, f"grpo {name}: error: {err}\n")
     except OSError as err:
         parser.exit(1, f"grpo {name}: error: {err}\n")
     except KeyboardInterrupt:
+        if name == "sweep":
+            parser.exit(130, "grpo sweep: interrupted; the same command continues the sweep\n")
         parser.exit(130, f"grpo {name}: interrupted; nothing saved since the last checkpoint\n")
     except Exception as err:
         from grpo_trainer.checkpoint import CheckpointError

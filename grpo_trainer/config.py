@@ -12,8 +12,10 @@ import dataclasses
 import json
 import math
 import os
+import types
+import typing
 import warnings
-from typing import Any, Literal, get_args
+from typing import Any, Literal, get_args, get_origin
 
 # Windowed rollouts' default size: 1024 sub-envs x 32 steps, what the seed study in
 # docs/trainer.md found fastest to 0.70 on Fruit Catcher (128 x 256 learns as well).
@@ -27,6 +29,7 @@ Activation = Literal["tanh", "relu"]
 AmpMode = Literal["off", "bf16", "fp16"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 ObsStorage = Literal["auto", "float32", "float16", "bfloat16"]
+WandbMode = Literal["online", "offline", "disabled"]
 
 
 def _field(default: Any, help: str, **kwargs: Any) -> Any:
@@ -39,6 +42,15 @@ def _field(default: Any, help: str, **kwargs: Any) -> Any:
 def describe(cls: type, name: str) -> str:
     """The one-line description of a config field."""
     return next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == name)
+
+
+def field_type(hint: Any) -> tuple[Any, bool]:
+    """A config field's annotation without `| None`, and whether it allows None (the CLI
+    and the sweep's search space both type a field's values by it)."""
+    args = get_args(hint)
+    if get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        return next(a for a in args if a is not type(None)), True
+    return hint, False
 
 
 def markdown_table(cls: type) -> str:
@@ -62,7 +74,10 @@ class RunConfig:
         "fruit_env:FruitCatcher-v0", "Gymnasium id; 'module:Id' imports the module first"
     )
     env_kwargs: dict[str, Any] = _field({}, "keyword arguments for gymnasium.make_vec")
-    device: str = _field("auto", "'auto' (cuda when available, else cpu), 'cpu', 'cuda', 'cuda:N'")
+    device: str = _field(
+        "auto",
+        "'auto' (cuda when available, else cpu), 'cpu', 'cuda', 'cuda:N'; 'meta' in tests",
+    )
     compile: bool | None = _field(
         None,
         "torch.compile the policy step and the loss; None: on CUDA, and on the CPU from "
@@ -85,14 +100,34 @@ class RunConfig:
     max_consecutive_skips: int = _field(
         5, "updates in a row with a non-finite gradient before training stops"
     )
+    eval_every: int = _field(
+        250_000, "env steps between evaluations during training, on separate envs (0: none)"
+    )
+    eval_episodes: int = _field(1000, "episodes per evaluation, played with greedy actions")
+    eval_sampled: bool = _field(False, "also evaluate with sampled actions (eval_sampled_*)")
+    target: str | None = _field(
+        None,
+        "stop when an evaluation reaches NAME=VALUE, NAME 'return' or a ratio the env "
+        "declares (catch_rate=0.70); unset: the env's declared goal is only recorded",
+    )
+    wandb: bool = _field(False, "also log the run to Weights & Biases (the wandb extra)")
+    wandb_project: str = _field("grpo-trainer", "W&B project the run is logged to")
+    wandb_entity: str | None = _field(None, "W&B entity (user or team); None: your default")
+    wandb_name: str | None = _field(
+        None, "W&B run name; None: the run directory's name, else one W&B picks"
+    )
+    wandb_mode: WandbMode = _field(
+        "online", "W&B mode: online, offline (upload later with wandb sync) or disabled"
+    )
 
     def __post_init__(self) -> None:
         _check_choice(self, "amp", AmpMode)
         _check_choice(self, "compile_mode", CompileMode)
+        _check_choice(self, "wandb_mode", WandbMode)
         _check_int(self, "seed", minimum=0)
         if self.seed >= 2**63:
             raise ValueError(f"seed must be below 2**63, got {self.seed}")
-        for name in ("fused_optimizer", "progress", "tensorboard"):
+        for name in ("fused_optimizer", "progress", "tensorboard", "eval_sampled", "wandb"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("run_dir", "resume"):
@@ -101,9 +136,21 @@ class RunConfig:
                 setattr(self, name, os.fspath(value))
             elif value is not None and not isinstance(value, str):
                 raise ValueError(f"{name} must be a path or None, got {value!r}")
+        for name in ("wandb_entity", "wandb_name"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"{name} must be a non-empty string or None, got {value!r}")
+        if not isinstance(self.wandb_project, str) or not self.wandb_project:
+            raise ValueError(
+                f"wandb_project must be a non-empty string, got {self.wandb_project!r}"
+            )
         _check_int(self, "checkpoint_every", minimum=0)
         _check_int(self, "keep_checkpoints", minimum=1)
         _check_int(self, "max_consecutive_skips", minimum=1)
+        _check_int(self, "eval_every", minimum=0)
+        _check_int(self, "eval_episodes", minimum=1)
+        if self.target is not None:
+            parse_target(self.target)
         if not isinstance(self.env, str) or not self.env:
             raise ValueError(f"env must be a Gymnasium id string, got {self.env!r}")
         if not isinstance(self.env_kwargs, dict):
@@ -296,6 +343,21 @@ RETIRED = {
         "8 minibatches of 128 envs x 200 steps, was about 3200 samples)"
     ),
 }
+
+
+def parse_target(text: str) -> tuple[str, float]:
+    """`'catch_rate=0.70'` -> `('catch_rate', 0.7)`; a malformed target raises `ValueError`."""
+    name, sep, value = text.partition("=") if isinstance(text, str) else ("", "", "")
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not sep or not name.strip() or not math.isfinite(number):
+        raise ValueError(
+            f"target must be NAME=VALUE with a finite VALUE, e.g. catch_rate=0.70 or "
+            f"return=475, got {text!r}"
+        )
+    return name.strip(), number
 
 
 def _reject_unknown(cls: type, data: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,12 +65,15 @@ def evaluate(
     greedy: bool = True,
     seed: int = 12345,
     max_episode_steps: int | None = None,
+    sum_over_ranks: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
 ) -> dict[str, float]:
     """Mean/std return and length over `episodes`, every numeric `info["episode"]` field, and
     the ratios the env declares in `metadata["episode_ratios"]` (Fruit Catcher: `catch_rate`).
 
     Each sub-env plays one episode per round with its own seed; rounds repeat until enough
     episodes are done. Greedy takes the most likely action; otherwise actions are sampled.
+    `sum_over_ranks` adds up the episode sums of data-parallel ranks (each played its own
+    episodes), so that every rank gets the same figures.
     """
     device = next(policy.parameters()).device
     env = EnvIO(envs, device)
@@ -80,11 +84,7 @@ def evaluate(
     members = torch.arange(env.num_envs, device=device)
 
     def act(_: int, obs: torch.Tensor) -> torch.Tensor:
-        params = policy(obs)
-        if greedy:
-            return policy.head.to_env(policy.head.greedy(params))
-        noise = policy.head.noise(env.num_envs, generator, device)
-        return policy.head.to_env(policy.head.sample(params, noise)[0])
+        return policy.act(obs, greedy=greedy, generator=generator)
 
     def all_ended(runner: EpisodeRunner) -> bool:  # evaluation may sync: it is not a hot path
         return not bool(runner.alive.any())
@@ -96,5 +96,7 @@ def evaluate(
         unfinished = runner.alive  # the horizon cut them: count them as they stand
         runner.stats.add(unfinished, runner.returns, runner.lengths, {})
     sums = runner.stats.sums()
+    if sum_over_ranks is not None:
+        sums = sum_over_ranks(sums)
     out = to_host({**summarise(sums, env.episode_ratios), "episodes": sums["episodes"]})
     return {k: v for k, v in out.items() if not math.isnan(v)}

@@ -112,6 +112,51 @@ METRICS: dict[str, Metric] = {
     "skipped_steps": Metric(
         "max", "optimiser steps skipped for a non-finite loss or gradient", "{:.0f}"
     ),
+    # -- evaluation during training (eval_every; every rank has the same, summed figures) --
+    "eval_return_mean": Metric(
+        "host",
+        "mean return of the latest evaluation's episodes (greedy actions, separate envs)",
+        "{:.2f}",
+        live="eval return",
+        summary=True,
+    ),
+    "eval_<ratio>": Metric(
+        "host",
+        "a declared ratio over those episodes (e.g. eval_catch_rate)",
+        "{:.3f}",
+        live="",
+        summary=True,
+    ),
+    "eval_<metric>": Metric(
+        "host",
+        "another figure of those episodes: eval_return_std, eval_length_mean, eval_episodes, "
+        "eval_episode_<field>",
+        "{:.4g}",
+    ),
+    "eval_sampled_<metric>": Metric(
+        "host", "the same figures with sampled actions (eval_sampled)", "{:.4g}"
+    ),
+    "eval_score": Metric(
+        "host",
+        "what picks best.pt and meets the target: the env's first declared ratio "
+        "(eval_catch_rate), else eval_return_mean",
+        "{:.4g}",
+        summary=True,
+    ),
+    "eval_s": Metric(
+        "host", "seconds the latest evaluation took (outside steps_per_s and train_s)", "{:.2f}"
+    ),
+    "eval_total_s": Metric("host", "seconds spent evaluating so far", "{:.1f}", summary=True),
+    "target_reached_s": Metric(
+        "host",
+        "wall seconds from the run's start to the first evaluation at the target (--target, "
+        "else the env's declared goal), compilation and evaluations included",
+        "{:.1f}",
+        summary=True,
+    ),
+    "target_reached_env_steps": Metric(
+        "host", "env steps done at that evaluation", "{:,.0f}", summary=True
+    ),
     # -- memory (host) --
     "mem_rss_mib": Metric("host", "CPU: resident memory, MiB", "{:.0f}"),
     "mem_peak_rss_mib": Metric("host", "CPU: peak resident memory, MiB", "{:.0f}"),
@@ -125,6 +170,11 @@ def spec(name: str, ratios: Mapping[str, Any] | None = None) -> Metric:
     """The declaration of `name` (`episode_*` and the env's ratios by their pattern)."""
     if name in METRICS:
         return METRICS[name]
+    if name.startswith("eval_sampled_"):
+        return METRICS["eval_sampled_<metric>"]
+    if name.startswith("eval_"):
+        own = name.removeprefix("eval_")
+        return METRICS["eval_<ratio>" if ratios and own in ratios else "eval_<metric>"]
     if name.startswith("episode_"):
         return METRICS["episode_<field>"]
     if ratios and name in ratios:

@@ -27,7 +27,9 @@ class ActionHead(nn.Module):
     action_shape: tuple[int, ...]
     action_dtype: torch.dtype  # dtype the rollout stores actions in
 
-    def noise(self, batch: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    def noise(
+        self, batch: int, generator: torch.Generator | None, device: torch.device
+    ) -> torch.Tensor:
         raise NotImplementedError
 
     def sample(
@@ -60,7 +62,9 @@ class CategoricalHead(ActionHead):
         self.param_dim, self.action_shape = n, ()
         self.action_dtype = _index_dtype(n)
 
-    def noise(self, batch: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    def noise(
+        self, batch: int, generator: torch.Generator | None, device: torch.device
+    ) -> torch.Tensor:
         return torch.rand((batch, self.n), generator=generator, device=device)
 
     def sample(
@@ -104,7 +108,9 @@ class MultiCategoricalHead(ActionHead):
         logits = params.float().unflatten(-1, (self.dims, self.width))
         return torch.log_softmax(logits.masked_fill(self.invalid, -1e9), -1)
 
-    def noise(self, batch: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    def noise(
+        self, batch: int, generator: torch.Generator | None, device: torch.device
+    ) -> torch.Tensor:
         return torch.rand((batch, self.dims, self.width), generator=generator, device=device)
 
     def sample(
@@ -149,7 +155,9 @@ class GaussianHead(ActionHead):
             "high", torch.as_tensor(space.high, dtype=torch.float32), persistent=False
         )
 
-    def noise(self, batch: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    def noise(
+        self, batch: int, generator: torch.Generator | None, device: torch.device
+    ) -> torch.Tensor:
         return torch.randn((batch, self.param_dim), generator=generator, device=device)
 
     def _logp(self, mean: torch.Tensor, flat_action: torch.Tensor) -> torch.Tensor:
@@ -303,6 +311,18 @@ class Policy(nn.Module):
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         return self.head.greedy(self(obs))
+
+    @torch.no_grad()
+    def act(
+        self, obs: torch.Tensor, *, greedy: bool = True, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Env actions for a batch of observations (Stable-Baselines3's `predict`): the most
+        likely ones, or sampled with `generator`, already in the action space's form."""
+        params = self(obs)
+        if greedy:
+            return self.head.to_env(self.head.greedy(params))
+        noise = self.head.noise(obs.shape[0], generator, params.device)
+        return self.head.to_env(self.head.sample(params, noise)[0])
 
     def log_prob_entropy(
         self, obs: torch.Tensor, action: torch.Tensor

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from grpo_trainer.metrics import live_line, spec
+
+if TYPE_CHECKING:
+    from grpo_trainer.periodic_eval import Target
 
 
 class ProgressDisplay:
@@ -68,3 +71,23 @@ class ProgressDisplay:
             if shown:
                 table.add_row(name, f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}")
         self.console.print(table)
+
+    def target_line(
+        self, target: Target | None, reached_at: Mapping[str, float], latest: Mapping[str, float]
+    ) -> None:
+        """When the evaluation first reached the target, or that it did not."""
+        if not self.enabled or target is None:
+            return
+        if reached_at:
+            self.console.print(
+                f"eval {target.name} reached {target.value:g} after "
+                f"{reached_at['target_reached_s']:.1f} s and "
+                f"{reached_at['target_reached_env_steps']:,.0f} env steps"
+            )
+        elif target.metric in latest:
+            self.console.print(
+                f"eval {target.name} did not reach {target.value:g} "
+                f"(latest evaluation: {latest[target.metric]:.4g})"
+            )
+        else:
+            self.console.print(f"eval {target.name} {target.value:g}: no evaluation ran")

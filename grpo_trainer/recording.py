@@ -32,7 +32,7 @@ def play_episode(policy: Policy, envs: gym.vector.VectorEnv, *, steps: int, seed
     frames = [_first_frame(envs.render())]
 
     def act(_: int, obs: torch.Tensor) -> torch.Tensor:
-        return policy.head.to_env(policy.greedy(obs))
+        return policy.act(obs)
 
     def record(_: int, step: RunnerStep) -> None:
         if step.alive[0]:  # the frame after sub-env 0's last step is its next game's

@@ -15,7 +15,7 @@ import logging
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -27,12 +27,14 @@ from grpo_trainer.accel import (
     Compiled,
     autocast,
     compile_mode,
+    make_generator,
     make_optimizer,
     resolve_amp,
     resolve_device,
     should_compile,
 )
 from grpo_trainer.advantages import Advantages, episode_returns, group_relative, windowed_returns
+from grpo_trainer.callbacks import Callback
 from grpo_trainer.config import GRPOConfig
 from grpo_trainer.env_io import EnvIO
 from grpo_trainer.episodes import EpisodeStats, summarise
@@ -112,8 +114,7 @@ class GRPOTrainer:
             self.policy.parameters(), cfg.lr, cfg.weight_decay, run.fused_optimizer
         )
         self.scaler = torch.amp.GradScaler("cuda") if self.amp == "fp16" else None
-        self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(run.seed)
+        self.generator = make_generator(self.device, run.seed)
         self._make_rollout()
         # The hot functions, compiled where it pays (accel.should_compile): sampling one
         # action per sub-env, and one minibatch's loss (the update's forward goes through
@@ -130,7 +131,9 @@ class GRPOTrainer:
         self.update_index = 0
         self.env_steps = 0
         self.train_s = 0.0
-        self.best_return = -math.inf
+        # best.pt's score and the metric it is: the training return until the first
+        # evaluation during training, the evaluation score from then on
+        self.best_score, self.best_by = -math.inf, "return_mean"
         if run.resume:
             self.load(run.resume)
 
@@ -229,7 +232,8 @@ class GRPOTrainer:
         done = _Clock(self.device)
 
         # Report: metrics of the whole batch, in one host copy.
-        losses = dict(zip([*LossTerms._fields, "grad_norm"], totals / (cfg.epochs * minibatches)))
+        means = totals[:-1] / (cfg.epochs * minibatches)
+        losses = dict(zip([*LossTerms._fields, "grad_norm"], means, strict=True))
         losses["skipped_steps"] = totals[-1]  # a count, not a mean
         result = self._report(rollout, adv, losses, should_stop())
         self._count(result.metrics, lr, rolled - (start or rolled), done - rolled)
@@ -271,9 +275,9 @@ class GRPOTrainer:
     def _follow_schedules(self) -> float:
         """Set this update's learning rate; refresh the KL reference when due."""
         cfg = self.config
-        if self.reference is not None and cfg.ref_update_every:
-            if self.update_index % cfg.ref_update_every == 0:
-                self.reference.load_state_dict(self.policy.state_dict())
+        refresh = cfg.ref_update_every and self.update_index % cfg.ref_update_every == 0
+        if self.reference is not None and refresh:
+            self.reference.load_state_dict(self.policy.state_dict())
         lr = cfg.lr * lr_factor(
             self.env_steps / cfg.total_env_steps, cfg.lr_schedule, cfg.warmup_fraction
         )
@@ -310,8 +314,9 @@ class GRPOTrainer:
     def _apply_gradients(self, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Clip and apply gradients; a non-finite loss or gradient skips the step.
 
-        With the fused optimizer the skip happens on the device (its `found_inf` input, the
-        mechanism GradScaler uses); otherwise deciding costs one host sync.
+        Either way the skip is decided on the device, with no host sync: the fused optimizer
+        takes a `found_inf` input (the mechanism GradScaler uses); foreach AdamW has none, so
+        its step is taken and then undone where the loss or a gradient was not finite.
         """
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
@@ -325,9 +330,27 @@ class GRPOTrainer:
             self.optimizer.found_inf = (~finite).float()  # type: ignore[attr-defined]
             self.optimizer.step()
             del self.optimizer.found_inf  # type: ignore[attr-defined]
-        elif bool(finite):
-            self.optimizer.step()
+        else:
+            self._step_where(finite)
         return torch.nan_to_num(grad_norm, nan=0.0, posinf=0.0), finite
+
+    @torch.no_grad()
+    def _step_where(self, finite: torch.Tensor) -> None:
+        """An optimizer step kept only where `finite`: parameters, Adam's moments and its step
+        count (which foreach AdamW keeps on the device where it can: accel.make_optimizer)."""
+
+        def tensors() -> list[torch.Tensor]:
+            out = []
+            for p in self.policy.parameters():
+                state = self.optimizer.state.get(p, {})
+                out += [p, *(t for t in state.values() if t.device == finite.device)]
+            return out
+
+        before = {id(t): t.clone() for t in tensors()}
+        self.optimizer.step()
+        for t in tensors():  # state made by this first step falls back to its zero start
+            old = before.get(id(t))
+            t.copy_(torch.where(finite, t, torch.zeros_like(t) if old is None else old))
 
     def _sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with autocast(self.amp, self.device):
@@ -434,12 +457,27 @@ class GRPOTrainer:
 
     # -- the run -------------------------------------------------------------------------------
 
-    def train(self) -> dict[str, float]:
+    def train(
+        self,
+        callbacks: Sequence[Callback] = (),
+        eval_envs: gym.vector.VectorEnv | None = None,
+    ) -> dict[str, float]:
         """Train until `total_env_steps`; returns the last update's metrics.
 
-        SIGINT/SIGTERM finish the current update, write a checkpoint and return.
+        `callbacks` hook into the run (`grpo_trainer.callbacks`). Evaluation during training
+        plays on `eval_envs`, by default envs made from `config.run.env` like the training
+        env. SIGINT/SIGTERM finish the current update, write a checkpoint and return.
+        With `config.run.wandb`, rank 0 also logs to Weights & Biases (`wandb_log.py`); a
+        missing wandb package raises `ImportError` before anything runs, on every rank.
         """
-        self._harness = Harness(self)
+        callbacks = list(callbacks)
+        if self.config.run.wandb:
+            from grpo_trainer.wandb_log import WandbCallback, import_wandb
+
+            import_wandb()
+            if self.collective.is_main:
+                callbacks.append(WandbCallback())
+        self._harness = Harness(self, callbacks, eval_envs)
         return self._harness.run()
 
     @property
@@ -447,6 +485,12 @@ class GRPOTrainer:
         """The signal that ended the last `train()` early (after its final checkpoint), or None."""
         harness = getattr(self, "_harness", None)
         return harness.stop_signal if harness else None
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the last `train()` ended early without a signal (a target, a callback), or None."""
+        harness = getattr(self, "_harness", None)
+        return harness.stop_reason if harness else None
 
     # -- persistence ---------------------------------------------------------------------------
 
@@ -470,7 +514,8 @@ class GRPOTrainer:
             "env_steps": self.env_steps,
             "train_s": self.train_s,
             "horizon": self.horizon,
-            "best_return": self.best_return,
+            "best_score": self.best_score,
+            "best_by": self.best_by,
             "rollouts": rollout_state,
         }
 
@@ -502,7 +547,9 @@ class GRPOTrainer:
         self.update_index = int(payload["update_index"])
         self.env_steps = int(payload["env_steps"])
         self.train_s = float(payload.get("train_s", 0.0))
-        self.best_return = float(payload["best_return"])
+        # checkpoints before evaluation during training called it best_return
+        self.best_score = float(payload.get("best_score", payload.get("best_return", -math.inf)))
+        self.best_by = str(payload.get("best_by", "return_mean"))
         if isinstance(self.rollout, EpisodeRollout):
             self.horizon = min(int(payload["horizon"]), self.max_horizon)
         else:

@@ -13,7 +13,7 @@ Steps, each in its own process with a time limit (progress is printed as they go
    and of the default config with bf16 autocast;
 4. `memory`: peak GPU memory of the default run and of a run at 1M envs;
 5. `profile`: a profiler summary of one default update, with the number of device-to-host
-   copies it makes (the design allows one: the metrics).
+   copies it makes (docs/architecture.md allows one: the metrics).
 
 It writes benchmarks/results/gpu_check.json and a markdown table, gpu_check.md, ready for
 docs/performance.md. On a machine without CUDA it refuses with one line.

@@ -65,7 +65,7 @@ def _assert_same_state(a: GRPOTrainer, b: GRPOTrainer, *, best: bool = True) -> 
     assert torch.equal(a.generator.get_state(), b.generator.get_state())
     assert (a.update_index, a.env_steps, a.horizon) == (b.update_index, b.env_steps, b.horizon)
     if best:
-        assert a.best_return == b.best_return
+        assert a.best_score == b.best_score
 
 
 def test_state_dict_round_trip(tmp_path: Path) -> None:
@@ -73,7 +73,7 @@ def test_state_dict_round_trip(tmp_path: Path) -> None:
     trained = _trainer()
     for _ in range(2):
         trained.update()
-    trained.best_return = 1.5
+    trained.best_score = 1.5
     path = tmp_path / "ckpt.pt"
     checkpoint.atomic_save(trained.state_dict(), path)
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # no temporary left behind
@@ -154,14 +154,14 @@ def test_resume_from_a_numbered_checkpoint_file(tmp_path: Path) -> None:
     _assert_same_state(full, resumed, best=False)
 
 
-def test_periodic_checkpoint_records_the_best_return_so_far(tmp_path: Path) -> None:
-    """update-N.pt's best_return is the best mean return of updates 1..N, so a run resumed
-    from it does not overwrite best.pt with a worse policy."""
+def test_periodic_checkpoint_records_the_best_score_so_far(tmp_path: Path) -> None:
+    """update-N.pt's best_score (without evaluation, the best training return of updates
+    1..N), so that a run resumed from it does not overwrite best.pt with a worse policy."""
     run_dir = tmp_path / "run"
     _trainer(run_dir=run_dir, total_env_steps=2 * STEPS_PER_UPDATE, checkpoint_every=1).train()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     first = checkpoint.load(run_dir / "checkpoints" / "update-0000001.pt")
-    assert first["best_return"] == rows[0]["return_mean"]
+    assert first["best_score"] == rows[0]["return_mean"]
 
 
 def test_run_dir_layout_rotation_and_best(tmp_path: Path) -> None:
@@ -190,7 +190,7 @@ def test_run_dir_layout_rotation_and_best(tmp_path: Path) -> None:
     assert last["update_index"] == 5
     best = checkpoint.load(folder / "best.pt")
     best_row = max(rows, key=lambda r: r["return_mean"])
-    assert best["best_return"] == best_row["return_mean"]
+    assert best["best_score"] == best_row["return_mean"]
     assert best["update_index"] == best_row["update"]
 
 

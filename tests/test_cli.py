@@ -246,7 +246,7 @@ def test_train_writes_config_metrics_and_checkpoints(trained_run: Path) -> None:
     assert last["update_index"] == len(rows)
     assert last["env_steps"] == rows[-1]["env_steps"]
     best = checkpoint.load(folder / "best.pt")
-    assert best["best_return"] == max(r["return_mean"] for r in rows)
+    assert best["best_score"] == max(r["return_mean"] for r in rows)
 
 
 def test_eval_prints_json(trained_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -391,3 +391,42 @@ def test_the_env_kwargs_episode_limit_is_the_horizon() -> None:
     trainer = GRPOTrainer(make_envs(config, config.num_envs, torch.device("cpu")), config)
     assert trainer.horizon == 50
     assert trainer.update()["length_mean"] == 50
+
+
+def test_train_help_describes_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """`train --help` lists one flag per config field, each with its one-line description
+    (the same text as config.json's `_help` and the tables in docs/trainer.md)."""
+    from grpo_trainer.config import GRPOConfig, RunConfig, describe
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["train", "--help"])
+    assert done.value.code == 0
+    text = "".join(capsys.readouterr().out.split())  # argparse wraps lines, even at hyphens
+    for cls in (GRPOConfig, RunConfig):
+        for field in dataclasses.fields(cls):
+            if field.name == "run":
+                continue
+            flag = "--" + field.name.replace("_", "-")
+            assert flag in text, flag
+            description = "".join(describe(cls, field.name).split())
+            assert description, field.name
+            assert flag in text and description in text, (flag, description)
+
+
+def test_the_summary_keeps_the_catch_rate_of_the_last_episodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Games of 60 steps in 32-step updates: the 2nd update sees them end, the 3rd does not.
+    Its metrics have no return or catch rate, and the summary still shows the last ones."""
+    argv = ["train", "--run-dir", str(tmp_path / "r"), "--device", "cpu", "--progress"]
+    argv += ["--num-groups", "2", "--group-size", "2", "--hidden-sizes", "8"]
+    argv += ["--rollout-steps", "32", "--window", "8", "--total-env-steps", str(3 * 4 * 32)]
+    argv += ["--env-kwargs", json.dumps({"max_episode_steps": 60})]
+    code, _, err = run_main(argv, capsys)
+    assert code == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").open()]
+    assert [("catch_rate" in row) for row in rows] == [False, True, False]
+    summary = err[err.index("GRPO run summary") :]
+    shown = re.search(r"catch_rate\s*│\s*([0-9.]+)", summary)
+    assert shown is not None, summary
+    assert float(shown.group(1)) == pytest.approx(rows[1]["catch_rate"], abs=5e-4)

@@ -330,5 +330,24 @@ def test_torchrun_cli_trains_and_only_rank_zero_writes(tmp_path: Path) -> None:
     assert done.stderr.count("training fruit_env:FruitCatcher-v0") == 1  # rank 0 logs
 
 
+def test_torchrun_evaluation_splits_episodes_and_a_target_stops_every_rank(
+    tmp_path: Path,
+) -> None:
+    """Each rank plays half the eval episodes; the summed score meets the target on every
+    rank alike, so both stop after the first evaluation (a rank left behind would hang)."""
+    run_dir = tmp_path / "run"
+    flags = ["--env", "fruit_env:FruitCatcher-v0", "--device", "cpu", "--no-progress"]
+    flags += ["--num-groups", "2", "--group-size", "4", "--rollout-steps", "20", "--window", "4"]
+    flags += ["--epochs", "1", "--minibatch-size", "64", "--total-env-steps", "5000"]
+    flags += ["--eval-every", "600", "--eval-episodes", "6", "--target", "catch_rate=0"]
+    done = _torchrun("-m", "grpo_trainer", "train", *flags, "--run-dir", str(run_dir))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == [1, 2]  # 640 env steps: past 600
+    assert rows[-1]["eval_episodes"] == 6 and rows[-1]["target_reached_env_steps"] == 640
+    best = checkpoint.load(run_dir / "checkpoints" / "best.pt")
+    assert best["best_by"] == "eval_score" and len(best["rollouts"]) == 2
+
+
 if __name__ == "__main__":
     _worker(Path(sys.argv[1]))

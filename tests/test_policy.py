@@ -303,3 +303,25 @@ def test_initial_policy_is_near_uniform() -> None:
     obs = torch.rand(64, 10, generator=_gen(10))
     logp_all = torch.log_softmax(policy(obs), -1)
     assert bool(((logp_all - math.log(1 / 3)).abs() <= 0.16).all())
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        gym.spaces.Discrete(3, start=-1),
+        gym.spaces.MultiDiscrete([2, 3]),
+        gym.spaces.Box(-2.0, 2.0, (2,), np.float32),
+    ],
+)
+def test_act_gives_env_actions_greedy_or_sampled(space: gym.Space) -> None:
+    """`act` is SB3's `predict`: greedy actions are the head's most likely ones in the env's
+    form; sampled ones repeat with a generator of the same seed and lie in the space."""
+    torch.manual_seed(0)
+    policy = Policy(gym.spaces.Box(-1.0, 1.0, (4,), np.float32), space, (8,), "tanh", (8,))
+    obs = torch.randn(64, 4, generator=_gen(1))
+    greedy = policy.act(obs)
+    assert torch.equal(greedy, policy.head.to_env(policy.head.greedy(policy(obs))))
+    sampled = policy.act(obs, greedy=False, generator=_gen(2))
+    assert torch.equal(sampled, policy.act(obs, greedy=False, generator=_gen(2)))
+    assert not sampled.requires_grad
+    assert all(space.contains(np.asarray(a, dtype=space.dtype)) for a in sampled.numpy())

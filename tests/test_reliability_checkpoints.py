@@ -35,7 +35,7 @@ def payload(update: int = 0, n: int = 256) -> dict[str, Any]:
         "flags": torch.tensor([True, False]),
         "nested": {0: {"step": torch.tensor(5.0)}, "betas": (0.9, 0.999), "x": None},
         "update_index": update,
-        "best_return": -math.inf,
+        "best_score": -math.inf,
     }
 
 
@@ -84,7 +84,7 @@ def test_round_trip_keeps_values_and_records_digest(tmp_path: Path) -> None:
     assert torch.equal(loaded["weights"], payload(3)["weights"])
     assert loaded["half"].dtype == torch.bfloat16
     assert loaded["nested"]["betas"] == (0.9, 0.999)
-    assert loaded["best_return"] == -math.inf
+    assert loaded["best_score"] == -math.inf
     assert loaded["sha256"] == checkpoint.payload_digest(payload(3))
     plain = torch.load(path, weights_only=True)  # still an ordinary torch file
     assert plain["update_index"] == 3

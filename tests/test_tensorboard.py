@@ -67,3 +67,22 @@ def test_without_tensorboard_training_warns_and_runs(
     ]
     assert len(metric_rows(run_dir)) == 2  # the JSONL log is unaffected
     assert not (run_dir / "tensorboard").exists()
+
+
+def test_evaluations_during_training_reach_tensorboard(tmp_path: Path) -> None:
+    """`eval_*` figures ride the row of the update they followed, so they land in the event
+    files at that update's env steps, like every other metric."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = tmp_path / "run"
+    flags = ["--eval-every", "64", "--eval-episodes", "4", "--tensorboard"]
+    assert main(["train", *TINY, *flags, "--run-dir", str(run_dir)]) == 0
+    board = EventAccumulator(str(run_dir / "tensorboard"))
+    board.Reload()
+    evaluated = [row for row in metric_rows(run_dir) if "eval_catch_rate" in row]
+    assert [int(row["env_steps"]) for row in evaluated] == [64, 128, 192]  # every 64
+    for tag in ("eval_return_mean", "eval_catch_rate", "eval_score"):
+        scalars = board.Scalars(tag)
+        assert [s.step for s in scalars] == [64, 128, 192]
+        assert [s.value for s in scalars] == pytest.approx([row[tag] for row in evaluated])

@@ -412,14 +412,16 @@ def test_amp_is_off_by_default_and_modes_are_checked() -> None:
 
 
 def test_resolve_device() -> None:
-    """'auto' picks CUDA when present, 'cpu' is cpu; unknown or missing devices raise."""
+    """'auto' picks CUDA when present, 'cpu' is cpu, 'meta' is the test device; unknown or
+    missing devices raise."""
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert resolve_device("auto").type == expected
     assert resolve_device("cpu") == torch.device("cpu")
     with pytest.raises(ValueError, match="'tpu'"):
         resolve_device("tpu")
+    assert resolve_device("meta") == torch.device("meta")
     with pytest.raises(ValueError, match="only 'auto', 'cpu' and 'cuda"):
-        resolve_device("meta")
+        resolve_device("mps")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             resolve_device("cuda")

@@ -1,0 +1,164 @@
+"""Evaluation during training: the score that picks `best.pt` and decides the target.
+
+Every `eval_every` env steps the current policy plays `eval_episodes` whole episodes with
+greedy actions (and, with `eval_sampled`, as many with sampled ones) on envs of its own, so
+training's episodes in play are untouched. The training return is a poor guide for these
+decisions: it mixes episodes played by several policies and exploration noise. The score is
+the env's first declared ratio (Fruit Catcher: `catch_rate`), else the mean return.
+
+A target comes from `--target NAME=VALUE` (the run stops when an evaluation reaches it) or,
+without one, from the env's `metadata["episode_goals"]` (only recorded). In a distributed
+run each rank plays its share of the episodes and the sums are added over ranks, so every
+rank sees the same score and takes the same decision without another agreement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+
+from grpo_trainer.config import parse_target
+from grpo_trainer.envs import make_envs
+from grpo_trainer.evaluation import evaluate
+
+if TYPE_CHECKING:
+    from grpo_trainer.trainer import GRPOTrainer
+
+EVAL_SEED = 12345  # the seed `python -m grpo_trainer eval` plays by default
+MAX_EVAL_ENVS = 1024  # sub-envs of the eval env: more episodes are played in rounds
+RANK_SEED_STRIDE = 1_000_003  # ranks' eval seeds are this far apart: no game is played twice
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """An evaluation score to reach: `return` or one of the env's declared ratios."""
+
+    name: str
+    value: float
+    stops: bool  # --target ends the run; an env's declared goal is only recorded
+
+    @property
+    def metric(self) -> str:
+        return "eval_return_mean" if self.name == "return" else f"eval_{self.name}"
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value:g}"
+
+
+class PeriodicEvaluator:
+    """Decides when to evaluate, plays the episodes, and tracks the target."""
+
+    def __init__(self, trainer: GRPOTrainer, envs: gym.vector.VectorEnv | None = None) -> None:
+        self.trainer = trainer
+        run = trainer.config.run
+        self.every = run.eval_every
+        ratios = trainer.env.episode_ratios
+        self.score_metric = f"eval_{next(iter(ratios))}" if ratios else "eval_return_mean"
+        self.target = resolve_target(run.target, ratios, trainer.env.episode_goals)
+        self.reached_at: dict[str, float] = {}  # target_reached_s and _env_steps, once known
+        self.total_s = 0.0
+        world = trainer.collective.world_size
+        self.episodes = -(-run.eval_episodes // world)  # this rank's share
+        self._envs = envs
+        self._own_envs = envs is None
+        self._next = (trainer.env_steps // self.every + 1) * self.every if self.every else 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.every > 0
+
+    def due(self) -> bool:
+        """Whether training has passed the next multiple of `eval_every` env steps."""
+        return self.enabled and self.trainer.env_steps >= self._next
+
+    def run(self, elapsed_s: float) -> dict[str, float]:
+        """Evaluate now: the `eval_*` metrics, `eval_score`, timings and, when first reached,
+        `target_reached_*`. `elapsed_s` is the run's wall time so far."""
+        trainer, run = self.trainer, self.trainer.config.run
+        start = time.perf_counter()
+        envs = self._eval_envs()
+        seed = EVAL_SEED + trainer.collective.rank * RANK_SEED_STRIDE
+        policy = trainer.policy
+        was_training = policy.training
+        policy.eval()
+        try:
+            out: dict[str, float] = {}
+            modes = {"eval_": True, "eval_sampled_": False} if run.eval_sampled else {"eval_": True}
+            for prefix, greedy in modes.items():
+                result = evaluate(
+                    policy,
+                    envs,
+                    self.episodes,
+                    greedy=greedy,
+                    seed=seed,
+                    max_episode_steps=trainer.config.max_episode_steps,
+                    sum_over_ranks=self._sum_over_ranks,
+                )
+                out.update({prefix + name: value for name, value in result.items()})
+        finally:
+            policy.train(was_training)
+        out["eval_score"] = out.get(self.score_metric, math.nan)
+        self._next = (trainer.env_steps // self.every + 1) * self.every
+        eval_s = time.perf_counter() - start
+        self.total_s += eval_s
+        out["eval_s"], out["eval_total_s"] = eval_s, self.total_s
+        if self.target and not self.reached_at and self.reached(out):
+            self.reached_at = {
+                "target_reached_s": elapsed_s + eval_s,
+                "target_reached_env_steps": float(trainer.env_steps),
+            }
+            out.update(self.reached_at)
+        return out
+
+    def reached(self, metrics: dict[str, float]) -> bool:
+        """Whether these eval metrics meet the target."""
+        value = metrics.get(self.target.metric) if self.target else None
+        return value is not None and value >= self.target.value  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        if self._envs is not None and self._own_envs:
+            self._envs.close()
+        self._envs = None
+
+    def _eval_envs(self) -> gym.vector.VectorEnv:
+        """The eval env: given, or made from the config's env id like the training env, and
+        checked to have the training env's spaces (a policy cannot play another game)."""
+        if self._envs is None:
+            trainer = self.trainer
+            num_envs = min(self.episodes, MAX_EVAL_ENVS)
+            self._envs = make_envs(trainer.config, num_envs, trainer.device)
+        own = (str(self._envs.single_observation_space), str(self._envs.single_action_space))
+        train_env = self.trainer.env
+        theirs = (str(train_env.observation_space), str(train_env.action_space))
+        if own != theirs:
+            raise ValueError(
+                f"eval_every: the eval env's spaces {own} differ from the training env's "
+                f"{theirs}; the trainer was given an env that config.run.env "
+                f"({self.trainer.config.run.env!r}) does not make: pass eval_envs= to "
+                "train(), or set eval_every=0"
+            )
+        return self._envs
+
+    def _sum_over_ranks(self, sums: dict[str, Any]) -> dict[str, Any]:
+        return self.trainer.collective.reduce(sums, dict.fromkeys(sums, "sum"))
+
+
+def resolve_target(
+    text: str | None, ratios: dict[str, Any], goals: dict[str, float]
+) -> Target | None:
+    """`--target`, else the env's first declared goal, checked against what the env reports."""
+    if text is not None:
+        name, value = parse_target(text)
+        if name != "return" and name not in ratios:
+            known = ", ".join(["return", *ratios])
+            raise ValueError(f"target {text!r}: the env reports no {name!r}; choose from {known}")
+        return Target(name, value, stops=True)
+    known = {k: v for k, v in goals.items() if k == "return" or k in ratios}
+    if not known:
+        return None
+    name, value = next(iter(known.items()))
+    return Target(name, float(value), stops=False)

@@ -1,0 +1,334 @@
+"""Hyper-parameter sweeps with Optuna: `python -m grpo_trainer sweep --space SPACE.json`.
+
+Each trial draws values for the space's fields (`search_space.py`), sets them on the base
+config and trains in this process into `SWEEP_DIR/trial_NNNN/` (a normal run directory).
+Every evaluation during training is reported to Optuna at its env step; a trial the pruner
+stops ends after its next update, with a checkpoint, and counts as PRUNED.
+
+Objectives:
+
+* `eval_score` (default; maximised): the trial's best evaluation score (`eval_score`, the
+  score its `best.pt` was kept at). Each evaluation reports its score to the pruner.
+* `time_to_target` (minimised): wall seconds from the trial's start to its first evaluation
+  at the target (`target_reached_s`), compilation and evaluations included. The target is
+  the base config's `run.target`, else the env's declared goal (FruitCatcher-v0:
+  catch_rate 0.70); a trial ends once it is reached. A trial that never reaches it scores
+  `inf` (`NOT_REACHED`): every trial that reached the target ranks above every one that did
+  not, whatever their budgets; among those that did not, the best evaluation score decides
+  which config `best_config.json` holds (Optuna's sampler sees only the `inf`s, so while no
+  trial reaches the target it learns nothing from them: start with `eval_score` when the
+  target is far). Each evaluation reports the gap to the target (target minus
+  the evaluation's figure) to the pruner.
+
+The study lives in `SWEEP_DIR/study.db` (SQLite): running the same command again continues
+it, counting its finished (complete and pruned) trials toward `--trials`; a trial that a
+crash or Ctrl-C left unfinished is marked failed and replaced. A lock file keeps a second
+process out of a sweep directory in use. After every trial `results.csv` (one row per
+trial) and `best_config.json` (the best trial's full config, for `train --config`) are
+rewritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import io
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from grpo_trainer.callbacks import Callback
+from grpo_trainer.config import GRPOConfig
+from grpo_trainer.search_space import Param, apply, check_against, parse_space
+
+if TYPE_CHECKING:
+    from grpo_trainer.harness import Harness
+
+log = logging.getLogger(__name__)
+
+OBJECTIVES = {"eval_score": "maximize", "time_to_target": "minimize"}
+PRUNERS = ("median", "none")
+MEDIAN_STARTUP_TRIALS = 5  # the median pruner prunes nothing until this many trials finished
+NOT_REACHED = math.inf  # time_to_target of a trial that never reached the target
+FINISHED = ("COMPLETE", "PRUNED")  # the trial states that count toward --trials
+
+
+def import_optuna() -> Any:
+    """The `optuna` module, or an `ImportError` that says how to get it."""
+    try:
+        import optuna
+    except ImportError:
+        raise ImportError(
+            "sweep needs the optuna package: pip install 'fruit-grpo[sweep]' "
+            "(from a checkout: pip install -e '.[sweep]')",
+            name="optuna",
+        ) from None
+    return optuna
+
+
+class TrialReporter(Callback):
+    """Reports each evaluation to an Optuna trial and stops the run when the pruner says so
+    (or, for `time_to_target`, once the target is reached)."""
+
+    def __init__(self, trial: Any, objective: str) -> None:
+        self.trial = trial
+        self.objective = objective
+        self.best_score = -math.inf
+        self.evaluations = 0
+        self.reached_s: float | None = None
+        self.pruned_at: int | None = None
+        self.target: Any = None
+
+    def on_train_start(self, harness: Harness) -> None:
+        self.target = harness.evaluator.target
+        if self.objective == "time_to_target" and self.target is None:
+            raise ValueError(
+                "objective time_to_target needs a target: set run.target in the base config "
+                '("target": "return=475" under "run"), or sweep an env that declares a goal; '
+                "or use --objective eval_score"
+            )
+
+    def on_eval(self, harness: Harness, metrics: dict[str, float]) -> None:
+        if self.pruned_at is not None:  # stopping: the update it waits for evaluated too
+            return
+        self.evaluations += 1
+        score = metrics.get("eval_score", math.nan)
+        if math.isfinite(score):
+            self.best_score = max(self.best_score, score)
+        if "target_reached_s" in metrics:
+            self.reached_s = metrics["target_reached_s"]
+        if self.objective == "time_to_target":
+            if self.reached_s is not None:
+                harness.request_stop("the trial reached the target")
+                return
+            value = self.target.value - metrics.get(self.target.metric, math.nan)
+        else:
+            value = score
+        if not math.isfinite(value):
+            return
+        step = harness.trainer.env_steps
+        self.trial.report(value, step)
+        if self.trial.should_prune():
+            self.pruned_at = step
+            harness.request_stop(f"pruned by the sweep at {step} env steps")
+
+
+@dataclasses.dataclass
+class Sweep:
+    """One sweep: the space, the base config and where it all goes."""
+
+    params: list[Param]
+    base: dict[str, Any]
+    sweep_dir: Path
+    objective: str = "eval_score"
+
+    def run_trial(self, trial: Any) -> float:
+        """Optuna's objective: train one trial's config and score it."""
+        optuna = import_optuna()
+        from grpo_trainer.accel import resolve_device
+        from grpo_trainer.envs import make_envs
+        from grpo_trainer.trainer import GRPOTrainer
+
+        values = {p.name: p.suggest(trial) for p in self.params}
+        data = apply(self.base, values)
+        data["run"]["run_dir"] = str(self.sweep_dir / f"trial_{trial.number:04d}")
+        data["run"]["resume"] = None
+        config = GRPOConfig.from_dict(data)
+        check_evaluates(config)
+        trial.set_user_attr("config", json.loads(json.dumps(config.to_dict())))
+        reporter = TrialReporter(trial, self.objective)
+        start = time.perf_counter()
+        envs = make_envs(config, config.num_envs, resolve_device(config.run.device))
+        try:
+            trainer = GRPOTrainer(envs, config)
+            try:
+                trainer.train(callbacks=[reporter])
+            finally:
+                trial.set_user_attr("env_steps", trainer.env_steps)
+                if math.isfinite(reporter.best_score):
+                    trial.set_user_attr("best_eval_score", reporter.best_score)
+                trial.set_user_attr("wall_s", round(time.perf_counter() - start, 3))
+        finally:
+            envs.close()
+        if trainer.stop_signal:  # Ctrl-C: the trial is unfinished, and so is the sweep
+            raise KeyboardInterrupt(f"trial {trial.number} stopped by {trainer.stop_signal}")
+        if reporter.pruned_at is not None:
+            raise optuna.TrialPruned(f"pruned at {reporter.pruned_at} env steps")
+        if self.objective == "time_to_target":
+            return reporter.reached_s if reporter.reached_s is not None else NOT_REACHED
+        if not math.isfinite(reporter.best_score):
+            raise ValueError(f"trial {trial.number}: no evaluation gave a score")
+        return reporter.best_score
+
+    def write_outputs(self, study: Any, _trial: Any = None) -> None:
+        """`results.csv` and `best_config.json`, rewritten (atomically) after every trial."""
+        names = [p.name for p in self.params]
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["number", "state", "value", "env_steps", "wall_s", *names])
+        for t in study.trials:
+            params = [t.params.get(n, "") for n in names]
+            attrs = t.user_attrs
+            row = [t.number, t.state.name, "" if t.value is None else t.value]
+            writer.writerow([*row, attrs.get("env_steps", ""), attrs.get("wall_s", ""), *params])
+        _write(self.sweep_dir / "results.csv", out.getvalue())
+        best = best_trial(study)
+        if best is not None:
+            config = json.loads(json.dumps(best.user_attrs["config"]))
+            config["run"]["run_dir"] = None  # train --config: write where its flags say
+            _write(self.sweep_dir / "best_config.json", json.dumps(config, indent=2) + "\n")
+        if _trial is not None:
+            value = "" if _trial.value is None else f" {self.objective} {_trial.value:.4g}"
+            shown = f", best trial {best.number} ({best.value:.4g})" if best else ""
+            log.info(
+                "sweep: trial %d %s%s %s%s",
+                _trial.number,
+                _trial.state.name.lower(),
+                value,
+                _trial.params,
+                shown,
+            )
+
+
+def run_sweep(
+    space: Sequence[Param] | dict[str, Any],
+    base: GRPOConfig | dict[str, Any],
+    trials: int,
+    sweep_dir: str | Path,
+    *,
+    objective: str = "eval_score",
+    pruner: str | Any = "median",
+    seed: int = 0,
+    study_name: str = "sweep",
+) -> Any:
+    """Run (or continue) a sweep until `trials` trials finished; returns the Optuna study.
+
+    `space` is a list of `Param` or the space file's JSON data; `base` the config every trial
+    starts from. `pruner` is "median" (`MedianPruner(n_startup_trials=5)`), "none", or any
+    Optuna pruner object. Bad arguments raise `ValueError`.
+    """
+    optuna = import_optuna()
+    params = list(space) if not isinstance(space, dict) else parse_space(space)
+    config = base if isinstance(base, GRPOConfig) else GRPOConfig.from_dict(base)
+    base_dict = json.loads(json.dumps(config.to_dict()))
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}")
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise ValueError(f"trials must be at least 1, got {trials!r}")
+    if isinstance(pruner, str) and pruner not in PRUNERS:
+        raise ValueError(f"pruner must be one of {list(PRUNERS)}, got {pruner!r}")
+    check_evaluates(config)
+    check_against(params, base_dict)
+    sweep = Sweep(params, base_dict, Path(sweep_dir), objective)
+    sweep.sweep_dir.mkdir(parents=True, exist_ok=True)
+    with _locked(sweep.sweep_dir):
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep logs each trial
+        study = optuna.create_study(
+            storage=f"sqlite:///{(sweep.sweep_dir / 'study.db').resolve()}",
+            study_name=study_name,
+            direction=OBJECTIVES[objective],
+            pruner=_pruner(optuna, pruner),
+            load_if_exists=True,
+        )
+        _same_sweep(study, sweep, study_name)
+        for t in study.trials:  # left running by a crash or Ctrl-C: failed, and replaced
+            if t.state.name == "RUNNING":
+                study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+        done = sum(t.state.name in FINISHED for t in study.trials)
+        # a continued sweep must not draw the first trials' values again
+        study.sampler = optuna.samplers.TPESampler(seed=seed + len(study.trials))
+        try:
+            if done < trials:
+                study.optimize(
+                    sweep.run_trial, n_trials=trials - done, callbacks=[sweep.write_outputs]
+                )
+        finally:  # a trial that raised is in the study too (failed)
+            sweep.write_outputs(study)
+    return study
+
+
+def best_trial(study: Any) -> Any:
+    """The best complete trial, or None before the first. Equal values (`time_to_target`'s
+    `inf` for trials that never reached the target) go to the best evaluation score, so that
+    with no trial at the target `best_config.json` is the one that came closest."""
+    complete = [t for t in study.trials if t.state.name == "COMPLETE" and t.value is not None]
+    if not complete:
+        return None
+    sign = 1.0 if study.direction.name == "MAXIMIZE" else -1.0
+    return max(
+        complete,
+        key=lambda t: (sign * t.value, t.user_attrs.get("best_eval_score", -math.inf)),
+    )
+
+
+def check_evaluates(config: GRPOConfig) -> None:
+    """Trials are scored by evaluation during training: at least one must happen."""
+    every, total = config.run.eval_every, config.total_env_steps
+    if not 1 <= every <= total:
+        raise ValueError(
+            f"eval_every must be between 1 and total_env_steps ({total}) in a sweep, whose "
+            f"trials are scored by evaluation during training; got {every}"
+        )
+
+
+def _pruner(optuna: Any, pruner: str | Any) -> Any:
+    if pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=MEDIAN_STARTUP_TRIALS)
+    if pruner == "none":
+        return optuna.pruners.NopPruner()
+    return pruner
+
+
+def _same_sweep(study: Any, sweep: Sweep, study_name: str) -> None:
+    """A continued study must be the same sweep: same space, base config and objective."""
+    spec = {
+        "space": [dataclasses.asdict(p) for p in sweep.params],
+        "base": sweep.base,
+        "objective": sweep.objective,
+    }
+    spec = json.loads(json.dumps(spec))
+    stored = study.user_attrs.get("sweep")
+    if stored is None:
+        study.set_user_attr("sweep", spec)
+    elif stored != spec:
+        differ = ", ".join(k for k in spec if spec[k] != stored.get(k))
+        raise ValueError(
+            f"{sweep.sweep_dir} holds the study {study_name!r} of another sweep (a different "
+            f"{differ}): rerun it as it was, or choose another --sweep-dir or --study-name"
+        )
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold `folder/sweep.lock` (POSIX): a second process refuses instead of racing."""
+    try:
+        import fcntl
+    except ImportError:  # no fcntl (Windows): no lock
+        yield
+        return
+    with open(folder / "sweep.lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ValueError(
+                f"another process is running the sweep in {folder}; wait for it, or choose "
+                "another --sweep-dir"
+            ) from None
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

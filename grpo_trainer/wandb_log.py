@@ -1,0 +1,173 @@
+"""Weights & Biases logging: `WandbCallback`, which `--wandb` (`RunConfig.wandb`) adds.
+
+`GRPOTrainer.train` adds one on rank 0 only, so a distributed run is one W&B run. It logs the
+config (`wandb.init(config=...)`), every metric row at `step=env_steps` (an evaluation's
+`eval_*` figures ride the row of the update they followed), and at the end the learning curve
+(`learning_curve.png`, when matplotlib drew it) and a GIF of one greedy episode (when Pillow
+is installed and the env renders `rgb_array` frames; any failure there is a warning, never
+an error). The W&B run is finished at the end, or with exit code 1 when training raises.
+
+A resumed run (`--resume`) continues the W&B run its run directory logged to (its id is kept
+in `RUN_DIR/wandb_run_id`), so the curves go on where they stopped, as SB3 and CleanRL users
+expect of a resumed run.
+
+wandb is imported only when asked for; without it, `import_wandb` names the fix before
+anything runs. W&B's files go to `RUN_DIR/wandb/`; without a run directory, where W&B puts
+them by default (`$WANDB_DIR`, else `./wandb`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from grpo_trainer.callbacks import Callback
+
+if TYPE_CHECKING:
+    from grpo_trainer.harness import Harness
+
+log = logging.getLogger(__name__)
+
+GIF_STEPS = 200  # the recorded episode is cut after this many steps
+GIF_FPS = 15
+RUN_ID_FILE = "wandb_run_id"  # in the run directory: the W&B run a resume continues
+
+
+def import_wandb() -> Any:
+    """The `wandb` module, or an `ImportError` that says how to get it or turn it off."""
+    try:
+        import wandb
+    except ImportError:
+        raise ImportError(
+            "wandb=True (--wandb) needs the wandb package: pip install 'fruit-grpo[wandb]' "
+            "(from a checkout: pip install -e '.[wandb]'), or run without it (--no-wandb)",
+            name="wandb",
+        ) from None
+    return wandb
+
+
+class WandbCallback(Callback):
+    """Logs a run to W&B. The project, entity, name and mode come from `config.run`
+    (`wandb_project`, ...) unless given here; `gif=False` skips the agent's GIF."""
+
+    def __init__(
+        self,
+        *,
+        project: str | None = None,
+        entity: str | None = None,
+        name: str | None = None,
+        mode: str | None = None,
+        gif: bool = True,
+    ) -> None:
+        self.wandb = import_wandb()
+        self.settings = {"project": project, "entity": entity, "name": name, "mode": mode}
+        self.gif = gif
+        self.run: Any = None
+        self._step = 0
+        self._tmp: str | None = None
+
+    def on_train_start(self, harness: Harness) -> None:
+        config = harness.trainer.config
+        run = config.run
+        name = self.settings["name"] or run.wandb_name
+        if name is None and run.run_dir:
+            name = Path(run.run_dir).resolve().name
+        run_id = self._run_id(harness)
+        self.run = self.wandb.init(
+            id=run_id,
+            resume="allow" if run_id else None,
+            project=self.settings["project"] or run.wandb_project,
+            entity=self.settings["entity"] or run.wandb_entity,
+            name=name,
+            mode=self.settings["mode"] or run.wandb_mode,
+            dir=str(harness.run_dir) if harness.run_dir else None,
+            config=config.to_dict(),
+        )
+        if harness.run_dir:
+            (harness.run_dir / RUN_ID_FILE).write_text(self.run.id + "\n")
+
+    def _run_id(self, harness: Harness) -> str | None:
+        """The W&B run to continue: the run directory's, when this run resumes one."""
+        path = harness.run_dir / RUN_ID_FILE if harness.run_dir else None
+        if path is None or not harness.trainer.config.run.resume or not path.exists():
+            return None
+        return path.read_text().strip() or None
+
+    def on_update(self, harness: Harness, metrics: dict[str, float]) -> None:
+        if self.run is None:
+            return
+        self._step = int(metrics.get("env_steps", harness.trainer.env_steps))
+        self.run.log(dict(metrics), step=self._step)
+
+    def on_eval(self, harness: Harness, metrics: dict[str, float]) -> None:
+        """The figures are logged with the update's row; the summary keeps the best score."""
+        if self.run is None:
+            return
+        score = metrics.get("eval_score", math.nan)
+        best = self.run.summary.get("best_eval_score")
+        if math.isfinite(score) and (best is None or score > best):
+            self.run.summary["best_eval_score"] = score
+
+    def on_train_end(self, harness: Harness, metrics: dict[str, float]) -> None:
+        if self.run is None:
+            return
+        media: dict[str, Any] = {}
+        curve = harness.run_dir / "learning_curve.png" if harness.run_dir else None
+        if curve is not None and curve.exists():
+            media["learning_curve"] = self.wandb.Image(str(curve))
+        if self.gif:
+            gif = self._record_gif(harness)
+            if gif is not None:
+                media["agent"] = self.wandb.Video(str(gif), format="gif")
+        if media:
+            self.run.log(media, step=self._step)
+        self._finish(0)
+
+    def on_train_error(self, harness: Harness, error: BaseException) -> None:
+        self._finish(1)
+
+    def _finish(self, exit_code: int) -> None:
+        run, self.run = self.run, None
+        try:
+            if run is not None:
+                run.finish(exit_code=exit_code)
+        finally:
+            if self._tmp:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+                self._tmp = None
+
+    def _record_gif(self, harness: Harness) -> Path | None:
+        """One greedy episode as a GIF in the run directory (or the temporary folder), or
+        None with a warning when the env cannot render or Pillow is missing."""
+        from grpo_trainer.envs import make_envs
+        from grpo_trainer.recording import play_episode, write_animation
+
+        trainer = harness.trainer
+        if harness.run_dir:
+            path = harness.run_dir / "agent.gif"
+        else:  # removed once the run is finished (W&B keeps its own copy)
+            self._tmp = self._tmp or tempfile.mkdtemp(prefix="grpo-wandb-")
+            path = Path(self._tmp) / "agent.gif"
+        envs = None
+        try:
+            import PIL  # noqa: F401  (the video extra)
+
+            envs = make_envs(trainer.config, 1, trainer.device, render_mode="rgb_array")
+            was_training = trainer.policy.training
+            trainer.policy.eval()
+            try:
+                frames = play_episode(trainer.policy, envs, steps=GIF_STEPS, seed=0)
+            finally:
+                trainer.policy.train(was_training)
+            write_animation(frames, path, fps=GIF_FPS)
+        except Exception as err:  # a GIF is a nicety: never fail a finished run over it
+            log.warning("wandb: no agent GIF (%s: %s)", type(err).__name__, err)
+            return None
+        finally:
+            if envs is not None:
+                envs.close()
+        return path

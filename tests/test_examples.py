@@ -1,0 +1,36 @@
+"""The training examples in examples/ run as documented (tiny budgets)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.loading import load_module
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_callbacks_example_prints_evaluations_and_stops_without_improvement(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Evaluated after every update; the first evaluation that is no better than the best so
+    far requests the stop, which takes effect after the next update (evaluated too)."""
+    example = load_module(EXAMPLES / "callbacks.py", "callbacks_example")
+    per_update = 4 * 8 * 1024  # 4 groups x 8 members x the default 1024-step rollouts
+    flags = ["--num-groups", "4", "--total-env-steps", str(12 * per_update), "--patience", "1"]
+    flags += ["--eval-every", str(per_update), "--eval-episodes", "16"]
+    trainer = example.main([*flags, "--run-dir", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    scores = [float(s) for s in re.findall(r"eval score (\S+)", out)]
+    assert len(scores) == trainer.update_index  # one evaluation per update
+    stale = next((k for k in range(1, len(scores)) if scores[k] <= max(scores[:k])), None)
+    if stale is None:  # every evaluation improved: the budget ended the run
+        assert trainer.stop_reason is None and trainer.update_index == 12
+    else:
+        assert trainer.stop_reason == "no better evaluation in 1 in a row"
+        assert trainer.update_index == stale + 2  # the request rides the next update
+    assert out.count("new best policy saved") == len(
+        [k for k in range(len(scores)) if scores[k] > max(scores[:k], default=float("-inf"))]
+    )

@@ -1,0 +1,59 @@
+"""The trainer's hot paths on `device="meta"`: correct placement on a GPU without one.
+
+A meta tensor has a shape and no data. Mixing it with a tensor made on the CPU by mistake
+raises, and so does reading a value on the host (`.item()`, `bool()`, `nonzero`). So an
+update that runs on meta up to its one intended device-to-host copy (the metrics, in
+`metrics.to_host`) allocates everything on the trainer's device and decides nothing on the
+host: the env's steps, group restarts and branches, advantages, the loss, backward and the
+optimizer step (foreach AdamW: the fused kernel has no meta implementation).
+tests/test_trainer_syncs.py counts host reads on the CPU, where the fused path runs.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import pytest
+import torch
+
+import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
+from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+from grpo_trainer.envs import make_envs
+
+META = torch.device("meta")
+
+
+def _meta_trainer(env_kwargs: dict[str, Any] | None = None, **cfg: Any) -> GRPOTrainer:
+    run = RunConfig(progress=False, device="meta", compile=False, env_kwargs=env_kwargs or {})
+    config = GRPOConfig(
+        num_groups=4,
+        group_size=4,
+        **{"hidden_sizes": (8,), "window": 4, "rollout_steps": 8, "minibatch_size": 64, **cfg},
+        run=run,
+    )
+    return GRPOTrainer(make_envs(config, config.num_envs, META), config)
+
+
+CONFIGS = {
+    "windowed": {},
+    "branching": {"rollout_steps": 16, "restart_every": 1, "branch_every": 4},
+    "episodes": {"rollout": "episodes", "env_kwargs": {"max_episode_steps": 12}},
+    "kl, micro-batches, group std": {"kl_coef": 0.1, "micro_batches": 2, "scale": "group_std"},
+    "pixels, CNN": {"env_kwargs": {"obs_mode": "pixels"}, "cnn_channels": (4, 4)},
+}
+
+
+@pytest.mark.parametrize("cfg", CONFIGS.values(), ids=CONFIGS.keys())
+def test_an_update_runs_on_meta_up_to_its_one_host_copy(cfg: dict[str, Any]) -> None:
+    cfg = dict(cfg)
+    trainer = _meta_trainer(cfg.pop("env_kwargs", None), **cfg)
+    assert not trainer.fused  # the fused kernel has no meta implementation: foreach steps
+    rollout = trainer.collect()
+    assert rollout.obs.device == META and rollout.actions.device == META
+    with pytest.raises(NotImplementedError, match="Cannot copy out of meta tensor") as err:
+        trainer.learn(rollout)
+    frames = traceback.extract_tb(err.value.__traceback__)
+    ours = [frame.name for frame in frames if "grpo_trainer" in frame.filename]
+    assert ours[-3:] == ["learn", "_report", "to_host"], ours
+    assert all(p.device == META for p in trainer.policy.parameters())
