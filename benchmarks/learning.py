@@ -13,6 +13,8 @@ training episodes is at least the threshold, for both (SB3's `ep_info_buffer`; G
 updates' episodes). Training time excludes set-up; GRPO's includes its first update.
 GRPO's settings per task are in `TASKS` (like RL-Zoo's per-env hyper-parameters); PPO's are
 RL-Zoo's. Results go to benchmarks/results/learning_<task>.json.
+
+The peers and tasks are optional extras: `pip install -c constraints.txt -e '.[sb3,box2d,minatar]'`.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 The same algorithm as `grpo_trainer.GRPOTrainer` (group resets, per-step group-relative
 advantages with batch-std scaling, clipped surrogate with DAPO's clip-higher, entropy bonus,
-global-norm clipping, AdamW), the same network (Linear-Tanh-Linear-Tanh-Linear, same
-initialisation), the same batch, horizon, epochs and minibatches, written the way a first
-version usually is:
+global-norm clipping, AdamW), the same network (two hidden layers of 64, relu as the trainer's
+default or tanh, the same initialisation), the same batch, rollout length, epochs and
+minibatches, written the way a first version usually is:
 
 * a Python loop over time steps that logs with a host sync (`.item()`) every step;
 * `torch.distributions.Categorical` for sampling, log-probs and entropy;
@@ -53,6 +53,7 @@ class NaiveGRPO:
         max_grad_norm: float = 1.0,
         zero_std_eps: float = 1e-6,
         seed: int = 0,
+        activation: str = "relu",
         device: str | torch.device = "cpu",
     ) -> None:
         self.envs, self.num_groups, self.group_size = envs, num_groups, group_size
@@ -64,11 +65,12 @@ class NaiveGRPO:
         torch.manual_seed(seed)
         obs_dim = int(envs.single_observation_space.shape[0])
         n_actions = int(envs.single_action_space.n)
+        act = {"relu": nn.ReLU, "tanh": nn.Tanh}[activation]
         self.policy = nn.Sequential(
             nn.Linear(obs_dim, hidden),
-            nn.Tanh(),
+            act(),
             nn.Linear(hidden, hidden),
-            nn.Tanh(),
+            act(),
             nn.Linear(hidden, n_actions),
         )
         for layer in self.policy:

@@ -48,7 +48,7 @@ def worker(args: argparse.Namespace) -> None:
     """Time blocks of updates; rank 0 writes the samples to `args.worker`."""
     import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
     from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, distributed
-    from grpo_trainer.evaluation import make_envs
+    from grpo_trainer.envs import make_envs
 
     torch.set_num_threads(args.threads)
     device = distributed.init_from_env(torch.device("cpu"))
@@ -64,6 +64,7 @@ def worker(args: argparse.Namespace) -> None:
     for _ in range(args.repeats):
         distributed.barrier()
         start, cpu_start = time.perf_counter(), time.process_time()
+        simulated_before = trainer.env_steps
         rows = [trainer.update() for _ in range(args.updates)]
         distributed.barrier()
         seconds = time.perf_counter() - start
@@ -72,12 +73,11 @@ def worker(args: argparse.Namespace) -> None:
                 "seconds": seconds,
                 "rank0_cpu_seconds": time.process_time() - cpu_start,
                 "env_steps": sum(r["valid_steps"] for r in rows),
-                "simulated_steps": sum(r["simulated_steps"] for r in rows),
-                "horizons": [r["horizon"] for r in rows],
+                "simulated_steps": trainer.env_steps - simulated_before,
             }
         )
     if distributed.is_main():
-        samples = {"world_size": trainer.world_size, "blocks": blocks}
+        samples = {"world_size": trainer.collective.world_size, "blocks": blocks}
         Path(args.worker).write_text(json.dumps(samples))
     distributed.shutdown()
 

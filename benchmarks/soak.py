@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+from grpo_trainer.envs import make_envs
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WARMUP = 0.1  # fraction of each phase excluded from slopes and ratios
@@ -130,24 +131,15 @@ def env_phase(total_steps: int, num_envs: int, device: torch.device, chunks: int
 
 def train_phase(updates: int, device: torch.device, args: argparse.Namespace) -> dict:
     """`updates` GRPO updates via `train()`, with checkpoints; samples from metrics.jsonl."""
-    steps = args.episode_steps
-    envs = gym.make_vec(
-        "FruitCatcher-v0",
-        num_envs=args.num_groups * args.group_size,
-        device=str(device),
-        max_episode_steps=steps,
-    )
     with tempfile.TemporaryDirectory(prefix="grpo-soak-") as run_dir:
         config = GRPOConfig(
             num_groups=args.num_groups,
             group_size=args.group_size,
-            max_episode_steps=steps,
-            # A FruitCatcher episode cannot reach +-30 points in a few dozen steps (fruits
-            # land about every 5 steps at most), so each update plays num_envs * steps valid
-            # steps and this budget is `updates` updates; the JSON counts the rows anyway.
-            total_env_steps=updates * args.num_groups * args.group_size * steps,
+            rollout_steps=args.rollout_steps,
+            # Every update simulates num_envs * rollout_steps steps (episodes continue across
+            # updates), so this budget is exactly `updates` updates.
+            total_env_steps=updates * args.num_groups * args.group_size * args.rollout_steps,
             epochs=1,
-            minibatches=2,
             run=RunConfig(
                 device=str(device),
                 run_dir=run_dir,
@@ -156,17 +148,18 @@ def train_phase(updates: int, device: torch.device, args: argparse.Namespace) ->
                 progress=False,
             ),
         )
+        envs = make_envs(config, config.num_envs, device)
         trainer = GRPOTrainer(envs, config)
         cpu_times: list[float] = []  # per update: CPU seconds, which other tenants barely move
-        update = trainer.update
+        step = trainer.step  # what train() calls once per update
 
-        def timed_update() -> dict[str, float]:
+        def timed_step(*args: Any, **kwargs: Any) -> Any:
             cpu_start = time.process_time()
-            metrics = update()
+            result = step(*args, **kwargs)
             cpu_times.append(time.process_time() - cpu_start)
-            return metrics
+            return result
 
-        trainer.update = timed_update  # type: ignore[method-assign]
+        trainer.step = timed_step  # type: ignore[method-assign]
         start = time.perf_counter()
         trainer.train()
         wall = time.perf_counter() - start
@@ -178,7 +171,7 @@ def train_phase(updates: int, device: torch.device, args: argparse.Namespace) ->
         sample = {
             "update": row["update"],
             "steps_per_s": row["steps_per_s"],
-            "steps_per_cpu_s": row["valid_steps"] / cpu,
+            "steps_per_cpu_s": config.num_envs * config.steps_per_update / cpu,
         }
         for ours, theirs in (
             ("rss_mib", "mem_rss_mib"),
@@ -224,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=100, help="env phase samples")
     parser.add_argument("--num-groups", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--episode-steps", type=int, default=32, help="rollout horizon")
+    parser.add_argument("--rollout-steps", type=int, default=32, help="steps per update")
     parser.add_argument("--checkpoint-every", type=int, default=25)
     parser.add_argument("--out", type=Path, default=None, help="default: results/soak-DEVICE.json")
     args = parser.parse_args(argv)
@@ -234,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         "num_envs",
         "chunks",
         "num_groups",
-        "episode_steps",
+        "rollout_steps",
         "checkpoint_every",
     ):
         if getattr(args, name) < 1:
