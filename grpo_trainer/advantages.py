@@ -105,12 +105,7 @@ def group_relative(
     compared = members.sum(-1) > 0  # (T, G)
     spread = std.squeeze(-1) > zero_std_eps
     centred = (grouped - mean).flatten(-2)
-    import os
-
-    if os.environ.get("GRPO_NODROP"):
-        weights = valid.to(returns.dtype)
-    else:
-        weights = valid.to(returns.dtype) * spread.repeat_interleave(group_size, -1)
+    weights = valid.to(returns.dtype) * spread.repeat_interleave(group_size, -1)
     if scale == "group_std":
         centred = centred / (std.expand_as(grouped).flatten(-2) + EPS)
     elif scale == "batch_std":
