@@ -222,6 +222,11 @@ class GRPOConfig:
     clip_low: float = _field(0.2, "ratio clip below: 1 - clip_low")
     clip_high: float = _field(0.28, "ratio clip above: 1 + clip_high (DAPO's clip-higher)")
     epochs: int = _field(8, "passes over each update's samples")
+    anchor_samples: int | None = _field(
+        SAMPLES_PER_UPDATE,
+        "samples per trust region (per rank): a larger batch is split at random into parts "
+        "of this size, each re-anchoring the clipped ratio at the current policy (None: one)",
+    )
     minibatch_size: int = _field(
         4096, "samples per gradient step (the step count grows with the batch)"
     )
@@ -268,6 +273,8 @@ class GRPOConfig:
         _check_int(self, "branch_every", minimum=0)
         for name in ("epochs", "minibatch_size", "micro_batches"):
             _check_int(self, name, minimum=1)
+        if self.anchor_samples is not None:
+            _check_int(self, "anchor_samples", minimum=1)
         _check_int(self, "ref_update_every", minimum=0)
         _check_choice(self, "rollout", RolloutMode)
         _check_choice(self, "advantage", AdvantageMode)

@@ -43,9 +43,9 @@ def grpo_loss(
 ) -> LossTerms:
     """Clipped surrogate with asymmetric clip, k3 KL and entropy bonus.
 
-    Sums are divided by `normaliser` (the batch's valid-sample count over the number of
-    minibatches), so every valid step of the rollout weighs the same whatever minibatch it
-    falls in: the loss is aggregated over steps, not averaged per episode.
+    Sums are divided by `normaliser` (the trust region's weighted-sample count over its
+    number of minibatches), so every valid step of the rollout weighs the same whatever
+    minibatch it falls in: the loss is aggregated over steps, not averaged per episode.
     """
     log_ratio = logp - old_logp
     ratio = torch.exp(log_ratio)

@@ -192,47 +192,57 @@ class GRPOTrainer:
         # Compare: each step's return-to-go against its group's at the same step.
         adv = self._advantages(rollout)
 
-        # Optimise: epochs of shuffled minibatches of `minibatch_size` samples. Rows that
-        # waited for their look-ahead were played by an earlier policy: they are re-scored,
-        # so that the clipped ratio measures this update's step, as for fresh rows.
+        # Optimise: per trust region (the whole batch, unless it holds more than
+        # `anchor_samples`), epochs of shuffled minibatches of `minibatch_size` samples. Rows
+        # that waited for their look-ahead were played by an earlier policy: they are
+        # re-scored, so that the clipped ratio measures this update's step, as for fresh rows.
         self.policy.train()
         obs, actions = rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1)
         # The per-sample numbers as one (samples, 3) table: one gather per minibatch for all.
         numbers = torch.stack(
             (self._behaviour_logp(rollout), adv.advantages, adv.weights), dim=-1
         ).flatten(0, 1)
-        samples = obs.shape[0]
-        minibatches = max(1, -(-samples // cfg.minibatch_size))
-        # Every sample weighs the same whatever minibatch it falls in; DDP averages
-        # gradients over ranks, so the step is that of one process on the whole batch.
-        normaliser = self.collective.sum(adv.weights.sum()).clamp_min(1.0) / (
-            minibatches * self.collective.world_size
-        )
         totals = torch.zeros(len(LossTerms._fields) + 2, device=self.device)
-        for _ in range(cfg.epochs):
-            order = torch.randperm(samples, generator=self.generator, device=self.device)
-            for minibatch in order.tensor_split(minibatches):
-                self.optimizer.zero_grad(set_to_none=True)
-                terms = torch.zeros(len(LossTerms._fields), device=self.device)
-                for idx in minibatch.tensor_split(cfg.micro_batches):
-                    # index_select, not x[idx]: the same rows, 3x faster on the CPU
-                    old_logp, advantages, weights = numbers.index_select(0, idx).unbind(1)
-                    out = self.loss(
-                        obs.index_select(0, idx),
-                        actions.index_select(0, idx),
-                        old_logp,
-                        advantages,
-                        weights,
-                        normaliser,
-                    )
-                    self._backward(out.loss)
-                    terms += torch.stack([t.detach().float() for t in out])
-                grad_norm, finite = self._apply_gradients(terms[0])
-                totals += torch.cat((terms, grad_norm[None], (~finite).float()[None]))
+        steps = 0
+        for region in self._trust_regions(obs.shape[0]):
+            if region is not None:  # re-anchor: the ratio starts at 1 for the current policy
+                obs_r, actions_r = obs.index_select(0, region), actions.index_select(0, region)
+                numbers_r = numbers.index_select(0, region)
+                numbers_r[:, 0] = self._log_prob(obs_r, actions_r)
+            else:
+                obs_r, actions_r, numbers_r = obs, actions, numbers
+            samples = obs_r.shape[0]
+            minibatches = max(1, -(-samples // cfg.minibatch_size))
+            # Every sample weighs the same whatever minibatch it falls in; DDP averages
+            # gradients over ranks, so the step is that of one process on the whole region.
+            normaliser = self.collective.sum(numbers_r[:, 2].sum()).clamp_min(1.0) / (
+                minibatches * self.collective.world_size
+            )
+            for _ in range(cfg.epochs):
+                order = torch.randperm(samples, generator=self.generator, device=self.device)
+                for minibatch in order.tensor_split(minibatches):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    terms = torch.zeros(len(LossTerms._fields), device=self.device)
+                    for idx in minibatch.tensor_split(cfg.micro_batches):
+                        # index_select, not x[idx]: the same rows, 3x faster on the CPU
+                        old_logp, advantages, weights = numbers_r.index_select(0, idx).unbind(1)
+                        out = self.loss(
+                            obs_r.index_select(0, idx),
+                            actions_r.index_select(0, idx),
+                            old_logp,
+                            advantages,
+                            weights,
+                            normaliser,
+                        )
+                        self._backward(out.loss)
+                        terms += torch.stack([t.detach().float() for t in out])
+                    grad_norm, finite = self._apply_gradients(terms[0])
+                    totals += torch.cat((terms, grad_norm[None], (~finite).float()[None]))
+                    steps += 1
         done = _Clock(self.device)
 
         # Report: metrics of the whole batch, in one host copy.
-        means = totals[:-1] / (cfg.epochs * minibatches)
+        means = totals[:-1] / steps
         losses = dict(zip([*LossTerms._fields, "grad_norm"], means, strict=True))
         losses["skipped_steps"] = totals[-1]  # a count, not a mean
         result = self._report(rollout, adv, losses, should_stop())
@@ -244,10 +254,33 @@ class GRPOTrainer:
         stale = rollout.stale
         if not stale:
             return rollout.logp
-        with torch.no_grad(), autocast(self.amp, self.device):
-            obs, actions = rollout.obs[:stale].flatten(0, 1), rollout.actions[:stale].flatten(0, 1)
-            rescored, _ = self.policy.log_prob_entropy(obs, actions)
-        return torch.cat((rescored.float().view(stale, -1), rollout.logp[stale:]))
+        rescored = self._log_prob(
+            rollout.obs[:stale].flatten(0, 1), rollout.actions[:stale].flatten(0, 1)
+        )
+        return torch.cat((rescored.view(stale, -1), rollout.logp[stale:]))
+
+    @torch.no_grad()
+    def _log_prob(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """The current policy's float32 log-probs of `actions`: the anchor of a clipped ratio."""
+        with autocast(self.amp, self.device):
+            logp, _ = self.policy.log_prob_entropy(obs, actions)
+        return logp.float()
+
+    def _trust_regions(self, samples: int) -> list[torch.Tensor | None]:
+        """The batch's samples split at random into parts of about `anchor_samples`, each
+        optimised from an anchor of its own; `[None]`: the whole batch, from one anchor.
+
+        PPO's clip bounds how far one anchor lets the policy move, so a batch many times
+        the default's would otherwise buy no more progress per update than the default:
+        re-anchoring every `anchor_samples` keeps the policy's progress per sample the same
+        at any batch size.
+        """
+        size = self.config.anchor_samples
+        parts = 1 if size is None else -(-samples // size)
+        if parts == 1:
+            return [None]
+        order = torch.randperm(samples, generator=self.generator, device=self.device)
+        return list(order.tensor_split(parts))
 
     def _count(
         self, metrics: dict[str, float], lr: float, rollout_s: float, update_s: float

@@ -21,6 +21,7 @@ BAD_GRPO_FIELDS: list[tuple[str, Any]] = [
     ("max_episode_steps", 0),
     ("epochs", 0),
     ("minibatch_size", 0),
+    ("anchor_samples", 0),
     ("rollout_steps", 0),
     ("window", 0),
     ("restart_every", 0),

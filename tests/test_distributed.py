@@ -110,7 +110,8 @@ def _worker(out: Path) -> None:
         "generator": trainer.generator.get_state(),
     }
 
-    # B. Several shuffled minibatches, micro-batches and a KL reference: replicas stay equal.
+    # B. Several shuffled minibatches, micro-batches, a KL reference and two trust regions
+    # per update (384 samples per rank): replicas stay equal.
     config = _config(
         scale="group_std",
         epochs=2,
@@ -118,6 +119,7 @@ def _worker(out: Path) -> None:
         micro_batches=2,
         kl_coef=0.05,
         ref_update_every=2,
+        anchor_samples=192,
     )
     trainer = _trainer(config)
     record["updates"] = []

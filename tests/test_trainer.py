@@ -162,6 +162,30 @@ def test_gradient_steps_grow_with_the_batch() -> None:
     assert steps == [3 * 2, 3 * 8]
 
 
+def test_a_batch_within_one_trust_region_trains_as_with_one_anchor() -> None:
+    """`anchor_samples` at least the batch (4 x 4 sub-envs x 16 rows = 256 samples) changes
+    nothing: the update is bit-identical to one without re-anchoring."""
+    a = _fruit_trainer(seed=5, anchor_samples=256)
+    b = _fruit_trainer(seed=5, anchor_samples=None)
+    for _ in range(2):
+        assert a.update()["loss"] == b.update()["loss"]
+    assert all(torch.equal(x, y) for x, y in zip(_params(a), _params(b), strict=True))
+
+
+def test_each_trust_region_starts_from_its_own_anchor() -> None:
+    """256 samples in regions of 64, one minibatch each: every gradient step is taken where
+    its region was anchored (the ratio is 1, nothing is clipped), with as many steps as with
+    one anchor for the batch, where the later steps see the policy moved away from it."""
+    results = {}
+    for anchor in (64, None):
+        trainer = _fruit_trainer(seed=5, anchor_samples=anchor, epochs=1, minibatch_size=64)
+        results[anchor] = trainer.update()
+        assert int(trainer.optimizer.state[next(trainer.policy.parameters())]["step"]) == 4
+    assert results[64]["clip_fraction"] == 0.0
+    assert results[64]["approx_kl_old"] < 1e-9  # 0 up to rounding
+    assert results[None]["approx_kl_old"] > 1e-6
+
+
 def test_micro_batches_accumulate_the_same_gradient() -> None:
     """Gradient accumulation over 2 micro-batches gives (numerically) the same update as 1:
     every sample's loss is divided by the same normaliser, so the gradients sum exactly."""

@@ -40,6 +40,7 @@ CONFIGS = {
     "branching": {"rollout_steps": 16, "restart_every": 1, "branch_every": 4},
     "episodes": {"rollout": "episodes", "env_kwargs": {"max_episode_steps": 12}},
     "kl, micro-batches, group std": {"kl_coef": 0.1, "micro_batches": 2, "scale": "group_std"},
+    "trust regions": {"anchor_samples": 32},
     "pixels, CNN": {"env_kwargs": {"obs_mode": "pixels"}, "cnn_channels": (4, 4)},
 }
 

@@ -37,8 +37,9 @@ def _trainer(**cfg: Any) -> GRPOTrainer:
         {"rollout_steps": 32, "epochs": 3, "minibatch_size": 32},  # more steps, more minibatches
         {"rollout_steps": 16, "restart_every": 1, "branch_every": 4},  # restarts and branches
         {"rollout_steps": 16, "kl_coef": 0.1, "micro_batches": 2, "scale": "group_std"},
+        {"rollout_steps": 16, "anchor_samples": 64},  # four trust regions, each re-anchored
     ],
-    ids=["short", "long", "branching", "kl"],
+    ids=["short", "long", "branching", "kl", "trust regions"],
 )
 def test_an_update_makes_no_host_sync(cfg: dict[str, Any]) -> None:
     trainer = _trainer(**cfg)
