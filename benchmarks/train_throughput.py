@@ -13,8 +13,8 @@ table shows medians over the rounds, after one untimed warm-up update per row.
 
 The rows:
 
-* "same work": the trainer with its defaults except 16384 envs, 1 epoch and one minibatch
-  per update (one gradient step per rollout), against benchmarks/naive_grpo.py doing the same
+* "same work": the trainer with its defaults except 16384 envs, 1 epoch, one minibatch and
+  one trust region per update (one gradient step per rollout), against benchmarks/naive_grpo.py doing the same
   work (the same rollout length and network, one gradient step per rollout), written the
   straightforward way;
 * "learning": the defaults (1024 envs) and the defaults at 16384 envs, which take 8 epochs
@@ -70,7 +70,9 @@ class Row:
 
 def rows(big: int) -> list[Row]:
     out = []
-    same = _trainer(num_groups=big // 8, epochs=1, minibatch_size=1 << 30)
+    # one gradient step per rollout, as the naive trainer takes: one epoch, one minibatch and
+    # one trust region for the whole batch
+    same = _trainer(num_groups=big // 8, epochs=1, minibatch_size=1 << 30, anchor_samples=None)
     horizon = same.config.steps_per_update
     out.append(Row(f"trainer, {big} envs, 1 epoch x 1 minibatch", same.update, big * horizon))
     naive = NaiveGRPO(
