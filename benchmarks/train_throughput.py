@@ -14,9 +14,9 @@ table shows medians over the rounds, after one untimed warm-up update per row.
 The rows:
 
 * "same work": the trainer with its defaults except 16384 envs, 1 epoch, one minibatch and
-  one trust region per update (one gradient step per rollout), against benchmarks/naive_grpo.py doing the same
-  work (the same rollout length and network, one gradient step per rollout), written the
-  straightforward way;
+  one trust region per update (one gradient step per rollout), against
+  benchmarks/naive_grpo.py doing the same work (the same rollout length and network, one
+  gradient step per rollout), written the straightforward way;
 * "learning": the defaults (1024 envs) and the defaults at 16384 envs, which take 8 epochs
   of 4096-sample minibatches per rollout: eight passes of the network per env step;
 * "env alone": the env's own steps, for the policy's share of the time.
