@@ -1,0 +1,72 @@
+"""`make gpu-check`'s bookkeeping, on the CPU: a step's result is the JSON it writes to its
+result file, whatever it prints; the report is rewritten after every step, so a failing or
+timed-out step loses nothing measured before it; steps past the time budget are skipped and
+say so. (Without CUDA the script itself refuses in one line: tests/test_docs.py.)"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from loading import load_module
+
+ROOT = Path(__file__).resolve().parents[1]
+gpu_check = load_module(ROOT / "scripts" / "gpu_check.py", "gpu_check")
+
+
+def _step(tmp_path: Path, name: str, code: str) -> tuple[list[str], Path]:
+    result = tmp_path / f"{name}.json"
+    return [sys.executable, "-c", code, str(result)], result
+
+
+NOISY = (
+    "import json, sys\n"
+    "print('progress ' * 2000)\n"
+    "sys.stderr.write('a warning\\n' * 2000)\n"
+    "open(sys.argv[1], 'w').write(json.dumps({'steps_per_s': 123.0}))\n"
+    "print('more output after the result')\n"
+)
+FAILS = (
+    "import json, sys\n"
+    "open(sys.argv[1], 'w').write(json.dumps({'rows': [1]}))\n"  # a partial result, then
+    "raise SystemExit(3)\n"
+)
+
+
+def test_a_result_survives_output_on_both_streams_and_a_later_failure(tmp_path: Path) -> None:
+    commands = {
+        "train": _step(tmp_path, "train", NOISY),
+        "memory": _step(tmp_path, "memory", FAILS),
+    }
+    report = gpu_check.run_steps(commands, {"device": "test"}, tmp_path / "out")
+    assert report["train"]["returncode"] == 0
+    assert report["train"]["result"] == {"steps_per_s": 123.0}
+    assert report["memory"]["returncode"] == 3
+    assert report["memory"]["result"] == {"rows": [1]}  # what it measured before failing
+    written = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert written["train"]["result"] == {"steps_per_s": 123.0}
+    table = (tmp_path / "out" / "gpu_check.md").read_text().splitlines()
+    assert table[-2].startswith("| train | 0 |") and '"steps_per_s": 123.0' in table[-2]
+    assert table[-1].startswith("| memory | 3 |")
+
+
+def test_the_report_is_written_before_the_next_step_runs(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    check = f"import json; json.load(open({str(out / 'gpu_check.json')!r}))['first']['result']"
+    commands = {
+        "first": _step(tmp_path, "first", NOISY),
+        "second": ([sys.executable, "-c", check], None),  # fails unless the report is there
+    }
+    report = gpu_check.run_steps(commands, {}, out)
+    assert report["second"]["returncode"] == 0, report["second"]["tail"]
+
+
+def test_steps_past_the_budget_are_skipped_and_say_so(tmp_path: Path) -> None:
+    commands = {"tests": _step(tmp_path, "tests", NOISY), "env": _step(tmp_path, "env", NOISY)}
+    report = gpu_check.run_steps(commands, {}, tmp_path / "out", total_limit_s=0)
+    assert set(report) == {"tests", "env"}
+    assert all("skipped" in report[s] for s in commands)
+    assert not (tmp_path / "tests.json").exists()  # nothing ran
+    table = (tmp_path / "out" / "gpu_check.md").read_text()
+    assert "| tests | - | - | skipped:" in table and "| env | - | - | skipped:" in table
