@@ -376,9 +376,25 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
+# The trainer's ids for envs of libraries with their own vector API (`gymnax:CartPole-v1`):
+# to make_vec, `gymnax:` would only import gymnax and then build Gymnasium's own CartPole.
+NOT_GYMNASIUM_IDS = ("gymnax", "envpool", "minatar")
+
+
 def run_check(args: argparse.Namespace) -> int:
     """`check`: build the env with `make_vec`, print the report; 0 ok, 1 failed, 2 usage."""
     from fruit_env.checker import check_vector_env
+
+    prefix, _, name = args.env_id.partition(":")
+    if name and prefix in NOT_GYMNASIUM_IDS:
+        print(
+            f"fruit_env check: {args.env_id!r} is the trainer's id for a {prefix} env, not a "
+            f"Gymnasium id (make_vec would check Gymnasium's own {name!r}); build the env in "
+            "Python and pass it to fruit_env.checker.check_vector_env, as "
+            "scripts/check_third_party.py does (docs/integrations.md)",
+            file=sys.stderr,
+        )
+        return 2
 
     def make(num_envs: int) -> Any:
         kwargs = dict(args.env_kwargs)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 from grpo_trainer.config import GRPOConfig, RunConfig, field_type
+from grpo_trainer.evaluation import EVAL_SEED, MAX_EVAL_ENVS
 
 log = logging.getLogger("grpo_trainer")
 
@@ -104,9 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--checkpoint", type=Path, required=True)
     evaluate.add_argument("--episodes", type=int, default=100)
     evaluate.add_argument("--sampled", action="store_true", help="sample actions (default: greedy)")
-    evaluate.add_argument("--num-envs", type=int, default=None, help="default: min(episodes, 1024)")
+    evaluate.add_argument(
+        "--num-envs", type=int, default=None, help=f"default: min(episodes, {MAX_EVAL_ENVS})"
+    )
     evaluate.add_argument("--device", default="auto")
-    evaluate.add_argument("--seed", type=int, default=12345)
+    evaluate.add_argument("--seed", type=int, default=EVAL_SEED)
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
 
     sweep = sub.add_parser(
@@ -262,7 +265,7 @@ def _eval(args: argparse.Namespace) -> int:
     config = GRPOConfig.from_dict(
         checkpoint.load(args.checkpoint, any_version=True)["config"], strict=False
     )
-    num_envs = args.num_envs or min(args.episodes, 1024)
+    num_envs = args.num_envs or min(args.episodes, MAX_EVAL_ENVS)
     envs = make_envs(config, num_envs, device)
     policy, config, _ = load_policy(args.checkpoint, device, envs)
     result = evaluate(policy, envs, args.episodes, greedy=not args.sampled, seed=args.seed)

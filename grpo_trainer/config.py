@@ -3,7 +3,7 @@
 Both are plain dataclasses, validated on construction (a bad value raises `ValueError`
 naming the field), printable, and saved as JSON with every checkpoint. Every field carries a
 one-line description (`describe`), which feeds `--help`, the tables in docs/trainer.md and
-the saved `config.json`'s companion `config_help.json`.
+the `_help` entry of the `config.json` every run directory holds.
 """
 
 from __future__ import annotations

@@ -116,10 +116,20 @@ def _envpool(name: str, num_envs: int, device: torch.device, seed: int, kwargs: 
 
 def _minatar(name: str, num_envs: int, device: torch.device, seed: int, kwargs: dict) -> Any:
     """A MinAtar game (10x10 image planes, no time limit) in Gymnasium's `SyncVectorEnv`,
-    which resets a group's members with one seed."""
+    which resets a group's members with one seed. A seeded reset keeps the game's sticky-action
+    memory, so members of a restarted group start on the same board but may not play the
+    same first step."""
     import minatar.gym
 
     minatar.gym.register_envs()
+    sticky = kwargs.get("sticky_action_prob", 0.1)  # MinAtar's default
+    warnings.warn(
+        f"minatar:{name}: no episode limit (windowed rollouts need none; rollout='episodes' "
+        "needs max_episode_steps); a seeded reset keeps each sub-env's sticky-action memory, "
+        "so a restarted group's members start on the same board, but with probability "
+        f"{sticky} a member's first step repeats the last action of its previous game",
+        stacklevel=3,
+    )
     return gym.make_vec(f"MinAtar/{name}", num_envs=num_envs, vectorization_mode="sync", **kwargs)
 
 

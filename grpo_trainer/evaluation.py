@@ -19,6 +19,8 @@ from grpo_trainer.metrics import to_host
 from grpo_trainer.policy import Policy
 
 EVAL_HORIZON = 10_000  # steps an evaluation episode may last when the env declares no limit
+EVAL_SEED = 12345  # the seed evaluations play by default
+MAX_EVAL_ENVS = 1024  # sub-envs of an eval env: more episodes are played in rounds
 
 
 def load_policy(
@@ -48,8 +50,12 @@ def load_policy(
             config.cnn_channels,
         )
         policy.load_state_dict(payload["policy"])
-    except RuntimeError as err:
-        raise checkpoint.CheckpointError(f"checkpoint {path} does not fit its env: {err}") from None
+    except RuntimeError as err:  # the weights are not those of the network the config names
+        network = {name: getattr(config, name) for name in checkpoint.ARCHITECTURE_FIELDS}
+        raise checkpoint.CheckpointError(
+            f"checkpoint {path}: its weights do not fit the network its config describes "
+            f"({network}) for this env's spaces: {err}"
+        ) from None
     finally:
         if own:
             envs.close()
@@ -63,7 +69,7 @@ def evaluate(
     episodes: int,
     *,
     greedy: bool = True,
-    seed: int = 12345,
+    seed: int = EVAL_SEED,
     max_episode_steps: int | None = None,
     sum_over_ranks: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
 ) -> dict[str, float]:

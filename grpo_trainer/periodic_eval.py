@@ -23,13 +23,11 @@ import gymnasium as gym
 
 from grpo_trainer.config import parse_target
 from grpo_trainer.envs import make_envs
-from grpo_trainer.evaluation import evaluate
+from grpo_trainer.evaluation import EVAL_SEED, MAX_EVAL_ENVS, evaluate
 
 if TYPE_CHECKING:
     from grpo_trainer.trainer import GRPOTrainer
 
-EVAL_SEED = 12345  # the seed `python -m grpo_trainer eval` plays by default
-MAX_EVAL_ENVS = 1024  # sub-envs of the eval env: more episodes are played in rounds
 RANK_SEED_STRIDE = 1_000_003  # ranks' eval seeds are this far apart: no game is played twice
 
 

@@ -227,7 +227,7 @@ def run_sweep(
     check_against(params, base_dict)
     sweep = Sweep(params, base_dict, Path(sweep_dir), objective)
     sweep.sweep_dir.mkdir(parents=True, exist_ok=True)
-    with _locked(sweep.sweep_dir):
+    with locked_sweep_dir(sweep.sweep_dir):
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep logs each trial
         study = optuna.create_study(
             storage=f"sqlite:///{(sweep.sweep_dir / 'study.db').resolve()}",
@@ -305,8 +305,9 @@ def _same_sweep(study: Any, sweep: Sweep, study_name: str) -> None:
 
 
 @contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    """Hold `folder/sweep.lock` (POSIX): a second process refuses instead of racing."""
+def locked_sweep_dir(folder: Path) -> Iterator[None]:
+    """Hold `folder/sweep.lock` (POSIX) while a sweep runs there: a second process refuses,
+    naming the folder, instead of racing the first on its study and files."""
     try:
         import fcntl
     except ImportError:  # no fcntl (Windows): no lock

@@ -80,7 +80,8 @@ def storage_dtype(space: gym.Space, choice: str) -> torch.dtype:
     if not dtype.is_floating_point:
         return dtype
     low, high = getattr(space, "low", None), getattr(space, "high", None)
-    bounded = low is not None and bool((abs(low) <= 65504).all() and (abs(high) <= 65504).all())
+    limit = torch.finfo(torch.float16).max
+    bounded = low is not None and bool((abs(low) <= limit).all() and (abs(high) <= limit).all())
     return torch.float16 if bounded else torch.float32
 
 

@@ -404,6 +404,9 @@ def test_cli_check_failure_exits_1_and_json(capsys: pytest.CaptureFixture[str]) 
 def test_cli_check_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "NoSuchEnv-v0"]) == 2
     assert "NoSuchEnv" in capsys.readouterr().err
+    for trainer_id in ("gymnax:CartPole-v1", "envpool:CartPole-v1"):  # not Gymnasium's CartPole
+        assert main(["check", trainer_id]) == 2
+        assert "not a Gymnasium id" in capsys.readouterr().err
     assert main(["check", "FruitCatcher-v0", "--env-kwargs", '{"width": "wide"}']) == 2
     assert "cannot make FruitCatcher-v0" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import torch
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, checkpoint
 from grpo_trainer.checkpoint import CheckpointError
+from grpo_trainer.config import describe
 
 # 4 groups x 4 members x 24-step games: 384 valid steps per update.
 STEPS_PER_UPDATE = 16 * 24
@@ -175,9 +177,15 @@ def test_run_dir_layout_rotation_and_best(tmp_path: Path) -> None:
         keep_checkpoints=2,
     )
     trainer.train()
-    assert GRPOConfig.from_dict(json.loads((run_dir / "config.json").read_text())) == (
-        trainer.config
-    )
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert GRPOConfig.from_dict(saved) == trainer.config
+    # every field's one-line description rides along (ignored when the file is read back)
+    expected = {
+        **{f.name: describe(GRPOConfig, f.name) for f in dataclasses.fields(GRPOConfig)},
+        **{f"run.{f.name}": describe(RunConfig, f.name) for f in dataclasses.fields(RunConfig)},
+    }
+    del expected["run"]
+    assert saved["_help"] == expected
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in rows] == [1, 2, 3, 4, 5]
     folder = run_dir / "checkpoints"

@@ -6,7 +6,6 @@ check the module entry point itself.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import dataclasses
@@ -17,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -144,20 +144,6 @@ def test_eval_with_bad_arguments(capsys: pytest.CaptureFixture[str], tmp_path: P
 
 
 # -- flags and configs -------------------------------------------------------------------------
-
-
-def _train_parser() -> argparse.ArgumentParser:
-    parser = cli.build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices["train"]
-
-
-def test_every_config_field_is_a_flag() -> None:
-    """Each GRPOConfig and RunConfig field has a --kebab-case flag on `grpo train`."""
-    options = {s for a in _train_parser()._actions for s in a.option_strings}
-    fields = [f.name for cls in (GRPOConfig, RunConfig) for f in dataclasses.fields(cls)]
-    expected = {"--" + name.replace("_", "-") for name in fields if name != "run"}
-    assert expected <= options, expected - options
 
 
 def test_flags_are_typed_from_the_dataclasses(tmp_path: Path) -> None:
@@ -359,18 +345,36 @@ def test_fresh_interpreter_never_loads_fruit_env_and_entry_point_works() -> None
     assert "argument --lr: invalid float value: 'abc'" in proc.stderr
 
 
-def test_eval_refuses_a_checkpoint_from_another_env(
-    trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("command", ["eval", "play"])
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"run": {"env_kwargs": {"obs_mode": "pixels"}}}, "observation_space"),  # another env
+        ({"hidden_sizes": [8, 8]}, "hidden_sizes"),  # another network than the weights
+    ],
+    ids=["other env", "other network"],
+)
+def test_eval_and_play_refuse_a_checkpoint_that_does_not_fit(
+    trained_run: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    change: dict[str, Any],
+    named: str,
 ) -> None:
-    """A checkpoint whose config names an env with other spaces is refused by eval, with the
-    mismatch named, as --resume refuses it (regression: eval used to load it unchecked)."""
+    """A checkpoint whose config names an env with other spaces, or a network its weights
+    do not fit, is refused by eval and play with the mismatch named, as --resume refuses it
+    (regression: both used to load it unchecked)."""
     payload = checkpoint.load(trained_run / "checkpoints" / "last.pt")
-    payload["config"]["run"]["env_kwargs"] = {"obs_mode": "pixels"}  # other observations
+    run = change.get("run", {})
+    payload["config"] = {**payload["config"], **change, "run": {**payload["config"]["run"], **run}}
     moved = tmp_path / "moved.pt"
     checkpoint.atomic_save(payload, moved)
-    argv = ["eval", "--checkpoint", str(moved), "--episodes", "2", "--device", "cpu"]
+    flags = ["--episodes", "2"] if command == "eval" else ["--out", str(tmp_path / "a.gif")]
+    argv = [command, "--checkpoint", str(moved), *flags, "--device", "cpu"]
     code, _, err = run_main(argv, capsys)
-    assert code == 2 and "observation_space" in err and "--checkpoint" in err
+    assert code == 2 and named in err and "--checkpoint" in err, err
+    assert not (tmp_path / "a.gif").exists()
 
 
 def test_the_env_kwargs_episode_limit_is_the_horizon() -> None:

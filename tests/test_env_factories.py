@@ -62,10 +62,12 @@ def test_envpool_cartpole_says_its_seeds_are_fixed() -> None:
 
 def test_minatar_breakout_has_image_observations_and_no_time_limit() -> None:
     pytest.importorskip("minatar")
-    trainer, _ = _trainer("minatar:Breakout-v1")
+    trainer, said = _trainer("minatar:Breakout-v1")
     assert trainer.env.observation_space.shape == (10, 10, 4)
     assert trainer.env.restarts == "seeded"  # SyncVectorEnv: one new seed per group
     assert trainer.env.max_episode_steps() is None
+    assert any("minatar:Breakout-v1: no episode limit" in s for s in said)
+    assert any("with probability 0.1 a member's first step repeats" in s for s in said)
 
 
 def test_lunar_lander() -> None:

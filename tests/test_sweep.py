@@ -249,9 +249,13 @@ def test_cli_without_optuna_exits_2_naming_the_fix(
 
 def test_a_second_process_cannot_run_the_same_sweep_dir(tmp_path: Path) -> None:
     pytest.importorskip("fcntl")
-    from grpo_trainer.sweep import _locked
+    from grpo_trainer.sweep import locked_sweep_dir
 
-    with _locked(tmp_path), pytest.raises(ValueError, match="another process"), _locked(tmp_path):
+    with (
+        locked_sweep_dir(tmp_path),
+        pytest.raises(ValueError, match="another process"),
+        locked_sweep_dir(tmp_path),
+    ):
         pass
 
 

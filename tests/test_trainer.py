@@ -416,6 +416,29 @@ def test_trainer_survives_a_failing_compiler(monkeypatch: pytest.MonkeyPatch) ->
     assert not trainer.sample.compiled and not trainer.loss.compiled
 
 
+@pytest.mark.parametrize(
+    ("asked", "used"), [("reduce-overhead", None), ("max-autotune", "max-autotune")]
+)
+def test_compile_mode_on_the_cpu(
+    asked: str, used: str | None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """CUDA graphs need CUDA: on the CPU 'reduce-overhead' compiles in the default mode (torch's
+    mode=None) with a log line saying so; the other modes reach torch.compile as asked."""
+    modes = []
+
+    def recording_compile(fn: Any, mode: str | None = None, **kwargs: Any) -> Any:
+        modes.append(mode)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    with caplog.at_level(logging.INFO, logger="grpo_trainer"):
+        trainer = _fruit_trainer(compile=True, compile_mode=asked)
+    assert modes == [used, used]  # the sampling step and the loss
+    fell_back = "(CUDA graphs) needs CUDA; using 'default'" in caplog.text
+    assert fell_back == (asked == "reduce-overhead")
+    assert math.isfinite(trainer.update()["loss"])
+
+
 def test_should_compile_on_cuda_and_on_large_cpu_minibatches() -> None:
     """compile=None means: on CUDA yes; on the CPU from CPU_COMPILE_MIN_SAMPLES samples per
     minibatch; True/False are obeyed."""
