@@ -27,9 +27,6 @@ class EpisodeStats:
     float64 when read, so long runs of sums lose no precision.
     """
 
-    # How `sums()` combine across data-parallel ranks (the rest add up).
-    REDUCE = {"return_min": "min", "return_max": "max"}
-
     def __init__(self, num_envs: int, device: torch.device) -> None:
         self.num_envs, self.device = num_envs, device
         self.info_names: list[str] = []

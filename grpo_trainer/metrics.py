@@ -166,6 +166,14 @@ METRICS: dict[str, Metric] = {
 }
 
 
+def cross_rank(name: str) -> Reduce:
+    """How an update's raw per-rank value `name` combines across ranks: a declared metric's
+    own all-reduce; anything else (the sums that `derived` metrics and counts are computed
+    from, and the stop flag, which is set where the sum is not 0) adds up."""
+    metric = METRICS.get(name)
+    return metric.reduce if metric and metric.reduce in ("sum", "mean", "min", "max") else "sum"
+
+
 def spec(name: str, ratios: Mapping[str, Any] | None = None) -> Metric:
     """The declaration of `name` (`episode_*` and the env's ratios by their pattern)."""
     if name in METRICS:

@@ -65,11 +65,11 @@ class ProgressDisplay:
         table.add_column("value", justify="right")
         for name, value in metrics.items():
             try:
-                shown = spec(name, self.ratios).summary
+                declared = spec(name, self.ratios)
             except KeyError:
                 continue
-            if shown:
-                table.add_row(name, f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}")
+            if declared.summary:
+                table.add_row(name, declared.fmt.format(value))
         self.console.print(table)
 
     def target_line(

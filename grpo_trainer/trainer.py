@@ -37,9 +37,9 @@ from grpo_trainer.advantages import Advantages, episode_returns, group_relative,
 from grpo_trainer.callbacks import Callback
 from grpo_trainer.config import GRPOConfig
 from grpo_trainer.env_io import EnvIO
-from grpo_trainer.episodes import EpisodeStats, summarise
+from grpo_trainer.episodes import summarise
 from grpo_trainer.harness import Harness
-from grpo_trainer.metrics import memory_stats, spec, to_host
+from grpo_trainer.metrics import cross_rank, memory_stats, to_host
 from grpo_trainer.objective import LossTerms, grpo_loss
 from grpo_trainer.policy import Policy
 from grpo_trainer.rollout import (
@@ -443,14 +443,7 @@ class GRPOTrainer:
         }
         stop = torch.full((), float(stop_requested), device=self.device)
         raw = {**episodes, **counts, "length_max": rollout.length_max, **losses, "stop": stop}
-        kinds = {
-            **{name: EpisodeStats.REDUCE.get(name, "sum") for name in episodes},
-            **dict.fromkeys(counts, "sum"),
-            "length_max": "max",
-            **{name: spec(name).reduce for name in losses},
-            "stop": "max",
-        }
-        reduced = self.collective.reduce(raw, kinds)
+        reduced = self.collective.reduce(raw, {name: cross_rank(name) for name in raw})
         metrics = {
             **summarise(reduced, self.env.episode_ratios),
             **{name: reduced[name] for name in ("episodes", "return_min", "return_max")},
