@@ -316,6 +316,41 @@ class SizeDependent(FakeEnv):
         return [None if s is None else s + 1000 * self.num_envs for s in super().seeds(seed)]
 
 
+class OutOfBounds(FakeEnv):
+    """Observations outside the declared [0, 1] box."""
+
+    def _obs(self) -> torch.Tensor:
+        return super()._obs() + 2.0
+
+
+class RewardShape(FakeEnv):
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        obs, reward, *rest = super().step(actions)
+        return (obs, reward[:, None], *rest)
+
+
+class IntTerminated(FakeEnv):
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        obs, reward, terminated, *rest = super().step(actions)
+        return (obs, reward, terminated.long(), *rest)
+
+
+class WrongFinalMask(FakeEnv):
+    """SAME_STEP with `_final_obs` set for every sub-env, not only the ended ones."""
+
+    def final_info(self, final: torch.Tensor, ended: np.ndarray) -> dict[str, Any]:
+        return {"final_obs": final, "_final_obs": torch.ones(self.num_envs, dtype=torch.bool)}
+
+
+class MixedDevices(FakeEnv):
+    """An info tensor on another device than the rest (meta stands in for a GPU here)."""
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        *out, info = super().step(actions)
+        info["t"] = info["t"].to("meta")
+        return (*out, info)
+
+
 class SyncsPerStep(FakeEnv):
     def step(self, actions: Any) -> tuple[Any, ...]:
         if isinstance(actions, torch.Tensor):
@@ -351,6 +386,11 @@ def test_the_conforming_fake_passes(mode: str) -> None:
         (MissingMask, "NEXT_STEP", "info_masks", "step 0: info['t'] has no mask info['_t']"),
         (IgnoresSeeds, "NEXT_STEP", "determinism", "reset(seed=list) twice, same actions: reset:"),
         (SizeDependent, "NEXT_STEP", "num_envs_invariance", "num_envs=4 vs 2"),
+        (OutOfBounds, "NEXT_STEP", "spaces", "outside single_observation_space"),
+        (RewardShape, "NEXT_STEP", "spaces", "step 0: reward shape (4, 1), expected (4,)"),
+        (IntTerminated, "NEXT_STEP", "spaces", "step 0: terminated dtype int64, expected bool"),
+        (WrongFinalMask, "SAME_STEP", "autoreset", "info['_final_obs'] is"),
+        (MixedDevices, "NEXT_STEP", "spaces", "torch outputs on ['cpu', 'meta']"),
     ],
 )
 def test_a_broken_rule_fails_exactly_its_check(
