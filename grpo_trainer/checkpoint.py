@@ -111,6 +111,14 @@ def atomic_save(payload: dict[str, Any], path: Path) -> None:
     _write(_with_digest(payload), path)
 
 
+def atomic_write_text(text: str, path: Path) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader
+    sees the old file or the new one, never half of one (config.json, a sweep's tables)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def _with_digest(payload: dict[str, Any]) -> dict[str, Any]:
     """A CPU copy of `payload` that records its own SHA-256."""
     payload = _to_cpu(payload)

@@ -243,10 +243,9 @@ class Harness:
         }
         try:
             checkpoint.prepare_folder(self.run_dir / "checkpoints")
-            path = self.run_dir / "config.json"
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(payload, indent=2))
-            tmp.replace(path)
+            checkpoint.atomic_write_text(
+                json.dumps(payload, indent=2), self.run_dir / "config.json"
+            )
         except OSError as err:
             raise OSError(f"run directory {self.run_dir} is not writable: {err}") from err
 

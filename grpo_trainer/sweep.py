@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_trainer.callbacks import Callback
+from grpo_trainer.checkpoint import atomic_write_text
 from grpo_trainer.config import GRPOConfig
 from grpo_trainer.search_space import Param, apply, check_against, parse_space
 
@@ -177,12 +178,13 @@ class Sweep:
             attrs = t.user_attrs
             row = [t.number, t.state.name, "" if t.value is None else t.value]
             writer.writerow([*row, attrs.get("env_steps", ""), attrs.get("wall_s", ""), *params])
-        _write(self.sweep_dir / "results.csv", out.getvalue())
+        atomic_write_text(out.getvalue(), self.sweep_dir / "results.csv")
         best = best_trial(study)
         if best is not None:
             config = json.loads(json.dumps(best.user_attrs["config"]))
             config["run"]["run_dir"] = None  # train --config: write where its flags say
-            _write(self.sweep_dir / "best_config.json", json.dumps(config, indent=2) + "\n")
+            text = json.dumps(config, indent=2) + "\n"
+            atomic_write_text(text, self.sweep_dir / "best_config.json")
         if _trial is not None:
             value = "" if _trial.value is None else f" {self.objective} {_trial.value:.4g}"
             shown = f", best trial {best.number} ({best.value:.4g})" if best else ""
@@ -327,9 +329,3 @@ def locked_sweep_dir(folder: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
