@@ -309,9 +309,6 @@ class Policy(nn.Module):
     def sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.head.sample(self(obs), noise)
 
-    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.head.greedy(self(obs))
-
     @torch.no_grad()
     def act(
         self, obs: torch.Tensor, *, greedy: bool = True, generator: torch.Generator | None = None

@@ -256,7 +256,7 @@ def test_policy_sample_and_log_prob_agree() -> None:
     obs = torch.rand(32, 6, generator=_gen(8)) * 2 - 1
     action, logp = policy.sample(obs, policy.head.noise(32, _gen(9), torch.device("cpu")))
     torch.testing.assert_close(logp, policy.log_prob_entropy(obs, action)[0])
-    assert policy.greedy(obs).shape == (32,)
+    assert policy.act(obs).shape == (32,)
 
 
 @pytest.mark.parametrize(
