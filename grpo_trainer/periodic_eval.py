@@ -24,6 +24,7 @@ import gymnasium as gym
 from grpo_trainer.config import parse_target
 from grpo_trainer.envs import make_envs
 from grpo_trainer.evaluation import EVAL_SEED, MAX_EVAL_ENVS, evaluate
+from grpo_trainer.metrics import cross_rank
 
 if TYPE_CHECKING:
     from grpo_trainer.trainer import GRPOTrainer
@@ -142,7 +143,8 @@ class PeriodicEvaluator:
         return self._envs
 
     def _sum_over_ranks(self, sums: dict[str, Any]) -> dict[str, Any]:
-        return self.trainer.collective.reduce(sums, dict.fromkeys(sums, "sum"))
+        """Every rank's episode sums combined as an update's are (return_min by min, ...)."""
+        return self.trainer.collective.reduce(sums, {name: cross_rank(name) for name in sums})
 
 
 def resolve_target(
