@@ -3,8 +3,9 @@ print one markdown table of the findings (docs/integrations.md, "Checking any ve
 
     python scripts/check_third_party.py [--steps 64] [--json]
 
-Each env is built as the project builds it (see `grpo_trainer/envs.py`); one that needs a
-package which is not installed is listed as skipped, with the missing package.
+Each third-party env is built by the trainer's own factory (`grpo_trainer.envs.FACTORIES`);
+one that needs a package which is not installed is listed as skipped, with the missing
+package.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
+import torch
 
 from fruit_env.checker import CHECKS, CheckReport, check_vector_env
+from grpo_trainer.envs import FACTORIES
 
 NUM_ENVS = 4
 
@@ -36,39 +39,23 @@ def _sync(env_id: str, *needs: str) -> Callable[[int], Any]:
     return make
 
 
-def _envpool(n: int) -> Any:
-    import envpool
+def _factory(env_id: str) -> Callable[[int], Any]:
+    """The trainer's factory for a `library:Name` id (`grpo_trainer.envs.FACTORIES`)."""
 
-    return envpool.make_gymnasium("CartPole-v1", num_envs=n, seed=0)
+    def make(n: int) -> Any:
+        library, _, name = env_id.partition(":")
+        return FACTORIES[library](name, n, torch.device("cpu"), 0, {})
 
-
-def _gymnax(n: int) -> Any:
-    import gymnax
-    from gymnasium.vector import AutoresetMode
-    from gymnasium.wrappers.vector import JaxToTorch
-    from gymnax.wrappers.gym import GymnaxToVectorGymWrapper
-
-    env, params = gymnax.make("CartPole-v1")
-    vector = GymnaxToVectorGymWrapper(env, num_envs=n, params=params, seed=0)
-    # gymnax resets an ended sub-env within the step; its wrapper does not say so
-    vector.metadata = {**vector.metadata, "autoreset_mode": AutoresetMode.SAME_STEP}
-    return JaxToTorch(vector, device="cpu")
-
-
-def _minatar(n: int) -> Any:
-    import minatar.gym
-
-    minatar.gym.register_envs()
-    return gym.make_vec("MinAtar/Breakout-v1", num_envs=n, vectorization_mode="sync")
+    return make
 
 
 ENVS: dict[str, Callable[[int], Any]] = {
     "Gymnasium CartPoleVectorEnv": _cartpole_vector,
     "SyncVectorEnv(CartPole-v1)": _sync("CartPole-v1"),
     "SyncVectorEnv(LunarLander-v3)": _sync("LunarLander-v3", "Box2D", "pygame"),
-    "EnvPool CartPole-v1": _envpool,
-    "gymnax CartPole-v1 + JaxToTorch": _gymnax,
-    "MinAtar Breakout (SyncVectorEnv)": _minatar,
+    "EnvPool CartPole-v1": _factory("envpool:CartPole-v1"),
+    "gymnax CartPole-v1 + JaxToTorch": _factory("gymnax:CartPole-v1"),
+    "MinAtar Breakout (SyncVectorEnv)": _factory("minatar:Breakout-v1"),
 }
 
 
