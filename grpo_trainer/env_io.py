@@ -5,14 +5,17 @@ own envs give) into tensors on the trainer's device, zero-copy where the memory 
 turns actions back. It also starts groups: every member of a group starts alike.
 
 How a group can start again while its neighbours play on depends on what the env offers,
-found once at construction (`restarts`):
+found once at construction (`restarts`). First the env's family adapter is put around it
+where it has none of its own (`envs.state.with_state_protocol`: Gymnasium's numpy
+`CartPoleVectorEnv`, and `SyncVectorEnv`s whose sub-envs can be copied), then:
 
 * `"snapshot"`: the env offers the sub-env state protocol (`snapshot_state(index)` and
   `restore_state(index, snapshot)`, docs/env.md) and masked resets. A restarting group's
   first member resets; the others copy its state. Groups can also *branch*: every member
-  takes the state one of them reached. All on the device, without a host sync.
-* `"seeded"`: Gymnasium's `SyncVectorEnv` / `AsyncVectorEnv` (numpy, masked resets with a
-  seed per sub-env): a restarting group's members reset with one new seed.
+  takes the state one of them reached. On a device env, without a host sync.
+* `"seeded"`: `SyncVectorEnv`s of envs that cannot be copied (Box2D) and `AsyncVectorEnv`
+  (masked resets with a seed per sub-env): a restarting group's members reset with one
+  new seed.
 * `"independent"`: neither. Sub-envs restart through the env's own autoreset, each on its
   own, so members of a group are no longer in step; a warning says so once.
 """
@@ -28,6 +31,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
+
+from grpo_trainer.envs.state import has_state_protocol, with_state_protocol
+
+__all__ = ["EnvIO", "EnvStep", "Restarts", "has_state_protocol", "to_tensor"]
 
 log = logging.getLogger(__name__)
 
@@ -48,20 +55,13 @@ def to_tensor(x: Any, device: torch.device, dtype: torch.dtype | None = None) ->
     return torch.as_tensor(x, device=device, dtype=dtype)
 
 
-def has_state_protocol(envs: Any) -> bool:
-    """Does `envs` (itself, not an env it wraps) offer sub-env state snapshots?"""
-    return callable(getattr(envs, "snapshot_state", None)) and callable(
-        getattr(envs, "restore_state", None)
-    )
-
-
 class EnvIO:
     """Adapter between one Gymnasium vector env and the trainer's device."""
 
     def __init__(self, envs: gym.vector.VectorEnv, device: torch.device) -> None:
         if not hasattr(envs, "num_envs") or not hasattr(envs, "single_action_space"):
             raise ValueError(f"expected a gymnasium.vector.VectorEnv, got {type(envs).__name__}")
-        self.envs = envs
+        self.envs = with_state_protocol(envs)
         self.device = device
         self.num_envs = int(envs.num_envs)
         self.observation_space = envs.single_observation_space
@@ -177,8 +177,12 @@ class EnvIO:
     # -- state snapshots (restarts == "snapshot") ------------------------------------------------
 
     def snapshot(self) -> Any:
-        """Every sub-env's state, for a checkpoint (CPU tensors)."""
-        return [t.detach().cpu() for t in self.envs.snapshot_state(self.indices)]
+        """Every sub-env's state, for a checkpoint (CPU tensors); None where the state is not
+        arrays (copied Python envs: a checkpoint holds tensors only, and loads no code)."""
+        state = self.envs.snapshot_state(self.indices)
+        if not all(isinstance(t, (torch.Tensor, np.ndarray)) for t in state):
+            return None
+        return [to_tensor(t, torch.device("cpu")).detach().clone() for t in state]
 
     def restore(self, snapshot: Any) -> None:
         """Put back what `snapshot()` returned (a checkpoint's env state)."""

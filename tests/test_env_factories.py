@@ -42,11 +42,15 @@ def _trainer(env: str, **run: Any) -> tuple[GRPOTrainer, list[str]]:
 
 def test_gymnax_cartpole_reaches_the_trainer_as_torch() -> None:
     pytest.importorskip("gymnax")
+    from grpo_trainer.envs.gymnax_vector import GymnaxVectorEnv
+
     trainer, said = _trainer("gymnax:CartPole-v1")
+    assert isinstance(trainer.env.envs, GymnaxVectorEnv)
     assert trainer.env.autoreset_mode.name == "SAME_STEP"  # gymnax resets within the step
-    assert trainer.env.restarts == "independent"  # one seed for all sub-envs
-    assert any("gymnax:CartPole-v1: the episode limit is gymnax's own (500" in s for s in said)
-    assert any("does not take a list of seeds" in s for s in said)
+    assert trainer.env.restarts == "snapshot"  # per-env keys, masked resets, snapshots
+    assert trainer.env.max_episode_steps() == 500  # gymnax's own limit, now visible
+    assert not trainer.env.envs.check_actions  # the trainer's fast option
+    assert said == []
     obs, _ = trainer.env.envs.reset(seed=0)
     assert isinstance(obs, torch.Tensor) and obs.device == CPU  # JAX arrays through DLPack
 
@@ -64,17 +68,18 @@ def test_minatar_breakout_has_image_observations_and_no_time_limit() -> None:
     pytest.importorskip("minatar")
     trainer, said = _trainer("minatar:Breakout-v1")
     assert trainer.env.observation_space.shape == (10, 10, 4)
-    assert trainer.env.restarts == "seeded"  # SyncVectorEnv: one new seed per group
+    assert trainer.env.restarts == "snapshot"  # CopiedStateVectorEnv: members copy a new game
     assert trainer.env.max_episode_steps() is None
     assert any("minatar:Breakout-v1: no episode limit" in s for s in said)
-    assert any("with probability 0.1 a member's first step repeats" in s for s in said)
+    assert not any("sticky" in s or "start" in s for s in said)
 
 
 def test_lunar_lander() -> None:
     pytest.importorskip("Box2D")
     pytest.importorskip("pygame")  # gymnasium's box2d module imports it
-    trainer, _ = _trainer("LunarLander-v3")
-    assert trainer.env.restarts == "seeded"
+    trainer, said = _trainer("LunarLander-v3")
+    assert trainer.env.restarts == "seeded"  # Box2D sub-envs cannot be copied
+    assert any("LunarLander-v3: its sub-envs cannot be copied" in s for s in said)
     assert trainer.env.max_episode_steps() == 1000
 
 

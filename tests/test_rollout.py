@@ -13,6 +13,7 @@ from typing import Any
 import gymnasium as gym
 import pytest
 import torch
+from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from fruit_env import core
@@ -30,6 +31,16 @@ def _fruit(num_envs: int, **kwargs: object) -> gym.vector.VectorEnv:
 
 def _cartpole(num_envs: int) -> gym.vector.VectorEnv:
     return gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="vector_entry_point")
+
+
+class OwnRestarts(CartPoleVectorEnv):
+    """A numpy vector env the trainer has no adapter for (a subclass may keep more state than
+    the arrays `ARRAY_LAYOUTS` names for CartPoleVectorEnv): it restarts sub-envs itself, and
+    its reset takes one seed for all."""
+
+
+def _unadapted(num_envs: int) -> gym.vector.VectorEnv:
+    return OwnRestarts(num_envs=num_envs)
 
 
 def _trainer(envs: gym.vector.VectorEnv, **cfg: Any) -> GRPOTrainer:
@@ -98,17 +109,24 @@ def test_reset_groups_passes_each_member_its_group_seed() -> None:
 
 
 def test_restart_strategies_follow_what_the_env_offers() -> None:
-    """State protocol -> snapshot; Gymnasium's Sync/Async -> seeded; otherwise independent."""
+    """State protocol (own, or an adapter's) -> snapshot; an AsyncVectorEnv -> seeded;
+    otherwise independent."""
     assert EnvIO(_fruit(2), CPU).restarts == "snapshot"
+    assert EnvIO(_cartpole(2), CPU).restarts == "snapshot"  # ArrayStateVectorEnv
     sync = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
-    assert EnvIO(sync, CPU).restarts == "seeded"
-    assert EnvIO(_cartpole(2), CPU).restarts == "independent"
+    assert EnvIO(sync, CPU).restarts == "snapshot"  # CopiedStateVectorEnv
+    async_envs = _async_cartpole(2)
+    try:
+        assert EnvIO(async_envs, CPU).restarts == "seeded"
+    finally:
+        async_envs.close()
+    assert EnvIO(_unadapted(2), CPU).restarts == "independent"
     # A wrapper hides the protocol of the env it wraps unless it passes it on itself.
     assert EnvIO(gym.vector.VectorWrapper(_fruit(2)), CPU).restarts == "independent"
 
 
-def test_cartpole_without_seed_lists_warns_once() -> None:
-    io = EnvIO(_cartpole(4), CPU)
+def test_an_env_without_seed_lists_warns_once() -> None:
+    io = EnvIO(_unadapted(4), CPU)
     with pytest.warns(RuntimeWarning, match="list of seeds"):
         obs = io.reset_groups([1, 2], 2)
     assert io.per_env_seeds is False and obs.shape == (4, 4)
@@ -224,14 +242,25 @@ def test_a_branch_cuts_the_rows_before_it() -> None:
     assert trainer.buffer.cut[cut_rows].all()  # the whole group: every member's window stops
 
 
+def _async_cartpole(num_envs: int) -> gym.vector.VectorEnv:
+    """Sub-envs in other processes (spawned: forking a process that runs JAX can deadlock)."""
+    return gym.make_vec(
+        "CartPole-v1", num_envs, vectorization_mode="async", vector_kwargs={"context": "spawn"}
+    )
+
+
 def test_branching_needs_state_snapshots() -> None:
-    sync = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="sync")
-    with pytest.raises(ValueError, match="branch_every"):
-        _trainer(sync, branch_every=4)
+    envs = _async_cartpole(2)  # seeded restarts, no snapshots
+    try:
+        with pytest.raises(ValueError, match="branch_every"):
+            _trainer(envs, branch_every=4)
+    finally:
+        envs.close()
 
 
-def test_seeded_restarts_give_identical_group_starts_on_a_numpy_env() -> None:
-    """Gymnasium's SyncVectorEnv: members of a restarted group start from the same seed."""
+def test_group_restarts_give_identical_starts_on_a_sync_vector_env() -> None:
+    """Gymnasium's SyncVectorEnv: members of a restarted group start alike (copies of the
+    group's first member, through CopiedStateVectorEnv)."""
     envs = gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="sync")
     trainer = _trainer(envs, group_size=4, rollout_steps=64, window=1, restart_every=1)
     with torch.inference_mode():
@@ -249,7 +278,7 @@ def test_independent_restarts_skip_the_next_step_reset_step() -> None:
     """CartPoleVectorEnv autoresets on its own (NEXT_STEP): the step after an end is its
     reset step, whose action is ignored; it is not a valid sample."""
     with pytest.warns(RuntimeWarning):
-        trainer = _trainer(_cartpole(4), rollout_steps=80, window=1)
+        trainer = _trainer(_unadapted(4), rollout_steps=80, window=1)
     _collect(trainer)
     valid, cut = trainer.buffer.valid, trainer.buffer.cut
     ends = cut.nonzero().tolist()
@@ -260,7 +289,7 @@ def test_independent_restarts_skip_the_next_step_reset_step() -> None:
 
 
 def test_an_env_that_never_restarts_is_refused_for_windowed_rollouts() -> None:
-    envs = _cartpole(4)
+    envs = _unadapted(4)
     envs.metadata = {**envs.metadata, "autoreset_mode": gym.vector.AutoresetMode.DISABLED}
     with pytest.raises(ValueError, match="rollout='episodes'"), warnings.catch_warnings():
         warnings.simplefilter("ignore")

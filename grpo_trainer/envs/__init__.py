@@ -6,23 +6,29 @@ arguments that are safe for a caller whose actions always come from the action s
 that make it faster (Fruit Catcher: no per-step action check). The user's `env_kwargs` win.
 
 Envs from libraries with their own vector API come through `FACTORIES`, by a prefix:
-`gymnax:CartPole-v1` (JAX envs, handed over to torch through DLPack), `envpool:CartPole-v1`
-and `minatar:Breakout-v1`. Each factory imports its library only when called, and says
-(once, as a warning) what the env lacks and what the trainer does instead. Other ids,
-`module:EnvId` included, go to `gymnasium.make_vec`.
+`gymnax:CartPole-v1` (JAX envs in our `GymnaxVectorEnv`: one compiled step, torch in and
+out through DLPack, state snapshots), `envpool:CartPole-v1` and `minatar:Breakout-v1`. Each
+factory imports its library only when called, and says (once, as a warning) what the env
+lacks and what the trainer does instead. Other ids, `module:EnvId` included, go to
+`gymnasium.make_vec`.
+
+The modules beside this one give each env family the sub-env state protocol (docs/env.md)
+that GRPO's groups need: `gymnax_vector` (gymnax), `array_state` (Gymnasium's numpy
+`CartPoleVectorEnv`), `copied_state` (any `SyncVectorEnv` whose sub-envs can be copied,
+MinAtar's included) and `state`, which picks one for an env (docs/integrations.md).
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import torch
-from gymnasium.vector import AutoresetMode
 
 from grpo_trainer.config import GRPOConfig
 
@@ -80,23 +86,19 @@ Factory = Callable[[str, int, torch.device, int, dict[str, Any]], Any]
 
 
 def _gymnax(name: str, num_envs: int, device: torch.device, seed: int, kwargs: dict) -> Any:
-    """A gymnax env, batched by gymnax's Gymnasium wrapper and handed to torch by Gymnasium's
-    `JaxToTorch` (DLPack: no copy when JAX and torch share the device). gymnax resets an
-    ended sub-env within the same step (SAME_STEP) and takes one seed for all sub-envs."""
+    """A gymnax env in `GymnaxVectorEnv`, on the trainer's device (JAX and torch share it),
+    with the fast options for a caller whose actions come from the action space. gymnax's
+    `make` takes the remaining `env_kwargs`."""
+    if device.type == "cuda":  # share the GPU with torch: JAX must not take 75% up front
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import gymnax
-    from gymnasium.wrappers.vector import JaxToTorch
-    from gymnax.wrappers.gym import GymnaxToVectorGymWrapper
 
+    from grpo_trainer.envs.gymnax_vector import GymnaxVectorEnv
+
+    options = {**GymnaxVectorEnv.metadata["fast_kwargs"]}
+    options.update({k: kwargs.pop(k) for k in list(kwargs) if k in options})
     env, params = gymnax.make(name, **kwargs)
-    vector = GymnaxToVectorGymWrapper(env, num_envs=num_envs, params=params, seed=seed)
-    vector.metadata = {**vector.metadata, "autoreset_mode": AutoresetMode.SAME_STEP}
-    warnings.warn(  # the warnings filter shows it once per process
-        f"gymnax:{name}: the episode limit is gymnax's own "
-        f"({getattr(params, 'max_steps_in_episode', 'none')} steps), which the trainer does not "
-        "see: windowed rollouts need none; rollout='episodes' needs max_episode_steps",
-        stacklevel=3,
-    )
-    return JaxToTorch(vector, device=device)
+    return GymnaxVectorEnv(env, params, num_envs, device, **options)
 
 
 def _envpool(name: str, num_envs: int, device: torch.device, seed: int, kwargs: dict) -> Any:
@@ -115,19 +117,16 @@ def _envpool(name: str, num_envs: int, device: torch.device, seed: int, kwargs: 
 
 
 def _minatar(name: str, num_envs: int, device: torch.device, seed: int, kwargs: dict) -> Any:
-    """A MinAtar game (10x10 image planes, no time limit) in Gymnasium's `SyncVectorEnv`,
-    which resets a group's members with one seed. A seeded reset keeps the game's sticky-action
-    memory, so members of a restarted group start on the same board but may not play the
-    same first step."""
+    """A MinAtar game (10x10 image planes, no time limit) in Gymnasium's `SyncVectorEnv`.
+    Its sub-envs can be copied, so the trainer restarts a group by copying one member's new
+    game to the others (`copied_state`): the same board, the same sticky-action memory and
+    random state, so the same first step."""
     import minatar.gym
 
     minatar.gym.register_envs()
-    sticky = kwargs.get("sticky_action_prob", 0.1)  # MinAtar's default
     warnings.warn(
         f"minatar:{name}: no episode limit (windowed rollouts need none; rollout='episodes' "
-        "needs max_episode_steps); a seeded reset keeps each sub-env's sticky-action memory, "
-        "so a restarted group's members start on the same board, but with probability "
-        f"{sticky} a member's first step repeats the last action of its previous game",
+        "needs max_episode_steps)",
         stacklevel=3,
     )
     return gym.make_vec(f"MinAtar/{name}", num_envs=num_envs, vectorization_mode="sync", **kwargs)

@@ -1,0 +1,304 @@
+"""A gymnax env as a torch vector env: one jit-compiled, vmapped step; torch in, torch out.
+
+gymnax envs are pure functions of an explicit state pytree, so everything GRPO needs from an
+env is an index or a scatter on that pytree:
+
+* **one PRNG key per sub-env.** A sub-env's randomness is its own key chain, so a sub-env
+  reset with seed `s` starts exactly like any other reset with `s`, and a copied sub-env
+  continues exactly like its source (the key travels with the state);
+* **masked resets with a seed per sub-env** (`reset(seed=[...], options={"reset_mask": m})`),
+  so the members of a group start alike;
+* **state snapshots** (`snapshot_state` / `restore_state`, the protocol of docs/env.md):
+  gather and scatter on the device, so groups can restart and branch without a host sync.
+
+The step is gymnax's own `env.step` (its autoreset: SAME_STEP, declared as such, with the
+final observation in `info["final_obs"]`), vmapped and jit-compiled once. Data crosses
+between JAX and torch through DLPack, without copies where both sit on one device: the
+actions go in as they are; the observations come out as they are, and the reward,
+terminated and truncated flags come out together as one `(N, 3)` float32 array, so a step
+costs two hand-overs instead of five.
+
+Why not gymnax's `GymnaxToVectorGymWrapper` + Gymnasium's `JaxToTorch`: they take one seed
+for all sub-envs, offer no snapshots, and convert every output on its own; the trainer ran
+gymnax CartPole 2.8x slower through them than Gymnasium's numpy CartPole (docs/integrations.md).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+__all__ = ["GymnaxVectorEnv", "jax_device"]
+
+
+def jax_device(device: torch.device) -> Any:
+    """The JAX device that shares memory with torch's `device` (CPU, or the same GPU)."""
+    if device.type == "cpu":
+        return jax.devices("cpu")[0]
+    if device.type == "cuda":
+        return jax.devices("gpu")[device.index or 0]
+    raise ValueError(f"gymnax envs run on 'cpu' or 'cuda', not {device.type!r}")
+
+
+def gymnasium_space(space: Any) -> gym.Space:
+    """gymnax's `Discrete` / `Box` as Gymnasium's."""
+    kind = type(space).__name__
+    if kind == "Discrete":
+        return gym.spaces.Discrete(int(space.n))
+    if kind == "Box":
+        low = np.broadcast_to(np.asarray(space.low, np.float32), space.shape)
+        high = np.broadcast_to(np.asarray(space.high, np.float32), space.shape)
+        return gym.spaces.Box(low, high, tuple(space.shape), np.float32)
+    raise ValueError(f"gymnax space {kind} is not supported (Discrete and Box are)")
+
+
+def _to_jax(x: Any, dtype: Any) -> jax.Array:
+    """A torch tensor through DLPack (no copy), anything else through `jnp.asarray`."""
+    if isinstance(x, torch.Tensor):
+        return jax.dlpack.from_dlpack(x.contiguous())
+    return jnp.asarray(x, dtype)
+
+
+class GymnaxVectorEnv(gym.vector.VectorEnv):
+    """`num_envs` copies of one gymnax env on `device`, stepped by one compiled call.
+
+    `check_actions` (default True): refuse out-of-range actions with a clear error. It reads
+    the actions on the host, so the trainer (whose actions come from the action space) turns
+    it off (`metadata["fast_kwargs"]`).
+    """
+
+    metadata = {
+        "autoreset_mode": AutoresetMode.SAME_STEP,
+        "fast_kwargs": {"check_actions": False},
+    }
+
+    def __init__(
+        self,
+        env: Any,
+        params: Any,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        *,
+        check_actions: bool = True,
+    ) -> None:
+        if not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        self.env, self.params, self.num_envs = env, params, num_envs
+        self.device = torch.device(device)
+        self._jax_device = jax_device(self.device)
+        self.check_actions = check_actions
+        self.single_observation_space = gymnasium_space(env.observation_space(params))
+        self.single_action_space = gymnasium_space(env.action_space(params))
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self._action_dtype = jnp.int32 if self._discrete else jnp.float32
+        limit = getattr(params, "max_steps_in_episode", None)
+        self.max_episode_steps = int(limit) if limit is not None else None
+        self.metadata = {**self.metadata, "max_episode_steps": self.max_episode_steps}
+        self._state: Any = None  # the batched state pytree
+        self._keys: jax.Array | None = None  # (N, 2) uint32, one key chain per sub-env
+        self._obs: jax.Array | None = None  # (N, *obs_shape): each sub-env's latest obs
+        self._step_fn = jax.jit(self._compiled_step)
+        self._reset_fn = jax.jit(self._compiled_reset)
+        self._gather_fn = jax.jit(_gather)
+        self._scatter_fn = jax.jit(_scatter)
+
+    @property
+    def _discrete(self) -> bool:
+        return isinstance(self.single_action_space, gym.spaces.Discrete)
+
+    # -- the compiled functions ------------------------------------------------------------
+
+    def _compiled_step(self, state: Any, keys: jax.Array, action: jax.Array) -> Any:
+        split = jax.vmap(jax.random.split)(keys)
+        step = jax.vmap(self.env.step, in_axes=(0, 0, 0, None))
+        obs, state, reward, terminated, truncated, info = step(
+            split[:, 1], state, action.astype(self._action_dtype), self.params
+        )
+        flags = jnp.stack([reward, terminated, truncated], axis=1).astype(jnp.float32)
+        final_obs = info["final_observation"].astype(jnp.float32)
+        return state, split[:, 0], obs.astype(jnp.float32), flags, final_obs
+
+    def _compiled_reset(
+        self, state: Any, keys: jax.Array, obs: Any, mask: jax.Array, seeds: jax.Array
+    ) -> Any:
+        """Sub-envs in `mask` start a new episode; a seed >= 0 restarts the key chain."""
+        seeded = jax.vmap(jax.random.PRNGKey)(jnp.maximum(seeds, 0))
+        keys = seeded if keys is None else jnp.where((seeds >= 0)[:, None], seeded, keys)
+        split = jax.vmap(jax.random.split)(keys)
+        new_obs, new_state = jax.vmap(self.env.reset, in_axes=(0, None))(split[:, 1], self.params)
+        new_obs = new_obs.astype(jnp.float32)
+        if state is None:
+            return new_state, split[:, 0], new_obs
+        keys = jnp.where(mask[:, None], split[:, 0], keys)
+        state = jax.tree.map(lambda new, old: _where_rows(mask, new, old), new_state, state)
+        return state, keys, _where_rows(mask, new_obs, obs)
+
+    # -- the Gymnasium API ------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Reset every sub-env, or those in `options["reset_mask"]` (an `(N,)` bool tensor or
+        array). `seed`: an int (sub-env `i` gets `seed + i`, as Gymnasium's vector envs do), a
+        list with one seed (or None) per sub-env, or None (sub-envs continue their own key
+        chains; a first unseeded reset draws a random seed)."""
+        super().reset(seed=None)
+        mask = (options or {}).get("reset_mask")
+        if mask is not None and self._state is None:
+            raise RuntimeError("the first reset() resets every sub-env: it takes no reset_mask")
+        seeds = self._seeds(seed)
+        if self._state is None:
+            self._state, self._keys, self._obs = self._reset_fn(None, None, None, None, seeds)
+        else:
+            mask_j = jnp.ones(self.num_envs, jnp.bool_) if mask is None else self._mask(mask)
+            self._state, self._keys, self._obs = self._reset_fn(
+                self._state, self._keys, self._obs, mask_j, seeds
+            )
+        return torch.from_dlpack(self._obs), {}
+
+    def step(
+        self, actions: Any
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        if self._state is None:
+            raise RuntimeError("call reset() before step()")
+        actions = self._actions(actions)
+        self._state, self._keys, self._obs, flags, final_obs = self._step_fn(
+            self._state, self._keys, actions
+        )
+        flags = torch.from_dlpack(flags)
+        terminated, truncated = flags[:, 1] > 0, flags[:, 2] > 0
+        ended = terminated | truncated
+        info = {"final_obs": torch.from_dlpack(final_obs), "_final_obs": ended}
+        return torch.from_dlpack(self._obs), flags[:, 0], terminated, truncated, info
+
+    # -- sub-env state snapshots (docs/env.md) ---------------------------------------------
+
+    def snapshot_state(self, index: Any) -> tuple[torch.Tensor, ...]:
+        """The state of sub-envs `index` (1-D integer tensor or array), one row per entry:
+        key, latest observation, then the leaves of gymnax's state, as torch tensors."""
+        if self._state is None:
+            raise RuntimeError("call reset() before snapshot_state()")
+        rows = self._gather_fn((self._keys, self._obs, self._state), self._index(index))
+        return tuple(torch.from_dlpack(leaf) for leaf in jax.tree.leaves(rows))
+
+    def restore_state(self, index: Any, snapshot: Sequence[Any]) -> None:
+        """Put row `j` of `snapshot` into sub-env `index[j]`; it continues exactly as the
+        snapshot's source would have (its key chain travels with it)."""
+        if self._state is None:
+            raise RuntimeError("call reset() before restore_state()")
+        index_j = self._index(index)
+        tree = (self._keys, self._obs, self._state)
+        leaves, treedef = jax.tree.flatten(tree)
+        if not isinstance(snapshot, (tuple, list)) or len(snapshot) != len(leaves):
+            raise ValueError(
+                f"snapshot must be the {len(leaves)} tensors snapshot_state() returned, "
+                f"got {type(snapshot).__name__}"
+            )
+        rows = []
+        for i, (leaf, row) in enumerate(zip(leaves, snapshot, strict=True)):
+            row_j = _to_jax(row, leaf.dtype)
+            if row_j.shape != (index_j.shape[0], *leaf.shape[1:]) or row_j.dtype != leaf.dtype:
+                raise ValueError(
+                    f"snapshot tensor {i} is {row_j.dtype} {tuple(row_j.shape)}, expected "
+                    f"{leaf.dtype} {(index_j.shape[0], *leaf.shape[1:])}: it is from another "
+                    "env or another index"
+                )
+            rows.append(row_j)
+        tree = self._scatter_fn(tree, index_j, jax.tree.unflatten(treedef, rows))
+        self._keys, self._obs, self._state = tree
+
+    # -- input coercion ----------------------------------------------------------------------
+
+    def _seeds(self, seed: int | Sequence[int | None] | None) -> jax.Array:
+        """One seed per sub-env, -1 for none (the key chain goes on)."""
+        n = self.num_envs
+        if seed is None:
+            if self._state is not None:
+                return jnp.full(n, -1, jnp.int32)
+            seed = secrets.randbelow(2**31 - n)
+        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            per_env: list[int | None] = [int(seed) + i for i in range(n)]
+        elif isinstance(seed, Sequence) and len(seed) == n:
+            per_env = list(seed)
+        else:
+            raise ValueError(f"seed must be an int, None or a list of {n} seeds, got {seed!r}")
+        for s in per_env:
+            if s is not None and not (isinstance(s, (int, np.integer)) and 0 <= s < 2**31):
+                raise ValueError(f"seeds must be ints in [0, 2**31) or None, got {s!r}")
+        return jnp.asarray([-1 if s is None else int(s) for s in per_env], jnp.int32)
+
+    def _mask(self, mask: Any) -> jax.Array:
+        if isinstance(mask, torch.Tensor):
+            if mask.shape != (self.num_envs,) or mask.dtype != torch.bool:
+                raise ValueError(
+                    f"reset_mask must be a ({self.num_envs},) bool tensor, got "
+                    f"{mask.dtype} {tuple(mask.shape)}"
+                )
+            return jax.dlpack.from_dlpack(mask.to(self.device).contiguous())
+        array = np.asarray(mask)
+        if array.shape != (self.num_envs,) or array.dtype != np.bool_:
+            raise ValueError(
+                f"reset_mask must be a ({self.num_envs},) bool array, got {array.dtype} "
+                f"{array.shape}"
+            )
+        return jax.device_put(array, self._jax_device)
+
+    def _index(self, index: Any) -> jax.Array:
+        if isinstance(index, torch.Tensor):
+            if index.dim() != 1 or index.dtype.is_floating_point or index.dtype == torch.bool:
+                raise ValueError(
+                    f"index must be a 1-D integer tensor, got {index.dtype} {tuple(index.shape)}"
+                )
+            return jax.dlpack.from_dlpack(index.to(self.device, torch.int32).contiguous())
+        array = np.asarray(index)
+        if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
+            raise ValueError(f"index must be a 1-D integer array, got {array.dtype} {array.shape}")
+        return jnp.asarray(array, jnp.int32)
+
+    def _actions(self, actions: Any) -> jax.Array:
+        """Shape and dtype checked from metadata (free); the range on request (a host read)."""
+        shape = (self.num_envs, *(self.single_action_space.shape or ()))
+        if isinstance(actions, torch.Tensor):
+            if tuple(actions.shape) != shape:
+                raise ValueError(f"actions must have shape {shape}, got {tuple(actions.shape)}")
+            if actions.device != self.device:
+                raise ValueError(f"actions are on {actions.device}, the env on {self.device}")
+            if self._discrete and (actions.dtype.is_floating_point or actions.dtype == torch.bool):
+                raise ValueError(f"discrete actions must be integers, got {actions.dtype}")
+            if self.check_actions:
+                self._check_range(actions.detach().cpu().numpy())
+            dtype = torch.int32 if self._discrete else torch.float32
+            return jax.dlpack.from_dlpack(actions.detach().to(dtype).contiguous())
+        array = np.asarray(actions)
+        if array.shape != shape:
+            raise ValueError(f"actions must have shape {shape}, got {array.shape}")
+        if self.check_actions:
+            self._check_range(array)
+        return jax.device_put(array.astype(self._action_dtype), self._jax_device)
+
+    def _check_range(self, actions: np.ndarray) -> None:
+        if not self.action_space.contains(actions.astype(self.action_space.dtype)):
+            space = self.single_action_space
+            raise ValueError(f"actions out of the action space {space}: {actions!r}")
+
+
+def _where_rows(mask: jax.Array, new: jax.Array, old: jax.Array) -> jax.Array:
+    return jnp.where(mask.reshape(-1, *([1] * (new.ndim - 1))), new, old)
+
+
+def _gather(tree: Any, index: jax.Array) -> Any:
+    return jax.tree.map(lambda leaf: leaf[index], tree)
+
+
+def _scatter(tree: Any, index: jax.Array, rows: Any) -> Any:
+    return jax.tree.map(lambda leaf, row: leaf.at[index].set(row), tree, rows)

@@ -1,0 +1,50 @@
+"""Checking what callers hand the host-side env adapters: indices, masks and seeds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["host_index", "host_mask", "per_env_seeds"]
+
+
+def host_index(index: Any, num_envs: int) -> np.ndarray:
+    """A 1-D integer tensor or array of sub-env indices, as a numpy array."""
+    if isinstance(index, torch.Tensor):
+        index = index.detach().cpu().numpy()
+    array = np.asarray(index)
+    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"index must be a 1-D integer array, got {array.dtype} {array.shape}")
+    if array.size and (array.min() < 0 or array.max() >= num_envs):
+        raise ValueError(f"index must be in [0, {num_envs}), got {array.min()}..{array.max()}")
+    return array.astype(np.int64)
+
+
+def host_mask(mask: Any, num_envs: int) -> np.ndarray:
+    """An `(num_envs,)` bool tensor or array, as a numpy array."""
+    if isinstance(mask, torch.Tensor):
+        mask = mask.detach().cpu().numpy()
+    array = np.asarray(mask)
+    if array.shape != (num_envs,) or array.dtype != np.bool_:
+        raise ValueError(
+            f"reset_mask must be a ({num_envs},) bool array, got {array.dtype} {array.shape}"
+        )
+    return array
+
+
+def per_env_seeds(seed: int | Sequence[int | None] | None, num_envs: int) -> list[int | None]:
+    """One seed (or None) per sub-env: an int `s` gives sub-env `i` the seed `s + i`, as
+    Gymnasium's vector envs do."""
+    if seed is None:
+        return [None] * num_envs
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        return [int(seed) + i for i in range(num_envs)]
+    if isinstance(seed, Sequence) and not isinstance(seed, str) and len(seed) == num_envs:
+        for s in seed:
+            if s is not None and not (isinstance(s, (int, np.integer)) and s >= 0):
+                raise ValueError(f"seeds must be non-negative ints or None, got {s!r}")
+        return [None if s is None else int(s) for s in seed]
+    raise ValueError(f"seed must be an int, None or a list of {num_envs} seeds, got {seed!r}")

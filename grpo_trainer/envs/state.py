@@ -1,0 +1,44 @@
+"""Giving a vector env the sub-env state protocol, where its family allows it.
+
+The trainer restarts and branches groups through one duck-typed protocol (docs/env.md):
+`snapshot_state(index)`, `restore_state(index, snapshot)` and masked resets. Envs that offer
+it (Fruit Catcher, `GymnaxVectorEnv`) are used as they are. For the others, `with_state_protocol`
+picks the adapter of their family:
+
+* a numpy vector env whose state is arrays (`ARRAY_LAYOUTS`: Gymnasium's `CartPoleVectorEnv`)
+  -> `ArrayStateVectorEnv`;
+* a `SyncVectorEnv` whose sub-envs survive a copy round trip (classic control, MinAtar, most
+  pure-Python envs) -> `CopiedStateVectorEnv`;
+* anything else is returned unchanged: `AsyncVectorEnv` and uncopyable `SyncVectorEnv`s (Box2D)
+  restart groups with a shared seed; envs with neither restart sub-envs on their own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+from grpo_trainer.envs.array_state import ArrayStateVectorEnv, array_layout
+from grpo_trainer.envs.copied_state import copyable_or_none
+
+__all__ = ["has_state_protocol", "with_state_protocol"]
+
+
+def has_state_protocol(envs: Any) -> bool:
+    """Does `envs` (itself, not an env it wraps) offer sub-env state snapshots?"""
+    return callable(getattr(envs, "snapshot_state", None)) and callable(
+        getattr(envs, "restore_state", None)
+    )
+
+
+def with_state_protocol(envs: Any) -> Any:
+    """`envs`, or `envs` wrapped in the adapter that gives its family the state protocol."""
+    if has_state_protocol(envs) or not hasattr(envs, "unwrapped"):
+        return envs
+    layout = array_layout(envs)
+    if layout is not None:
+        return ArrayStateVectorEnv(envs, layout)
+    if isinstance(envs.unwrapped, gym.vector.SyncVectorEnv):
+        return copyable_or_none(envs) or envs
+    return envs
