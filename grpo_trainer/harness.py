@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from grpo_trainer import checkpoint
 from grpo_trainer.callbacks import Callback
 from grpo_trainer.config import RunConfig, describe
-from grpo_trainer.metrics import MetricsWriter
+from grpo_trainer.metrics import MetricsWriter, keep_rows_up_to
 from grpo_trainer.periodic_eval import PeriodicEvaluator
 from grpo_trainer.progress import ProgressDisplay
 
@@ -61,6 +61,7 @@ class Harness:
         self.stop_reason: str | None = None  # why the run ended early without a signal
         self.requested: str | None = None  # request_stop's reason, until every rank agrees
         self.last_checkpoint: Path | None = None
+        self.writer: MetricsWriter | None = None
         self._checkpoint_due = False  # a periodic checkpoint waits for a clean update
         self._start = time.perf_counter()
 
@@ -90,7 +91,8 @@ class Harness:
         is_main = trainer.collective.is_main
         if self.run_dir:
             self._prepare_run_dir()
-        writer = MetricsWriter(self.run_dir, run.tensorboard and is_main)
+            keep_rows_up_to(self.run_dir / "metrics.jsonl", trainer.update_index)
+        self.writer = writer = MetricsWriter(self.run_dir, run.tensorboard and is_main)
         display = ProgressDisplay(
             trainer.config.total_env_steps,
             enabled=run.progress and is_main,
@@ -205,6 +207,8 @@ class Harness:
         self._checkpoint_due = False
         state = self.trainer.state_dict()  # every rank: its collectives must not diverge
         if self.run_dir:
+            if self.writer is not None:  # the rows up to this update are on disk before it
+                self.writer.flush()
             self.last_checkpoint = checkpoint.save_rotating(
                 state,
                 self.run_dir / "checkpoints",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import queue
 import resource
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+
+from grpo_trainer.checkpoint import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +263,13 @@ class MetricsWriter:
             raise RuntimeError(f"metrics writer failed: {self.error}") from self.error
         self._queue.put(row)
 
+    def flush(self) -> None:
+        """Wait until every row given so far is on disk: a checkpoint written after this never
+        holds an update whose row a `kill -9` could still lose."""
+        self._queue.join()
+        if self.error is not None:
+            raise RuntimeError(f"metrics writer failed: {self.error}") from self.error
+
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join()
@@ -281,6 +291,25 @@ class MetricsWriter:
                             self._tb.add_scalar(key, value, step)
             except Exception as err:  # surfaced to the trainer on its next write
                 self.error = err
+            finally:
+                self._queue.task_done()
+
+
+def keep_rows_up_to(path: Path, update: int) -> None:
+    """Cut `metrics.jsonl` back to the rows of updates `<= update`, the point a run continues
+    from: rows a `kill -9` left after the checkpoint it resumes from (and a torn last line)
+    would otherwise appear twice, once from before the crash and once from the resumed run."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a line torn by the kill
+            continue
+        if isinstance(row, dict) and row.get("update", math.inf) <= update:
+            kept.append(line + "\n")
+    atomic_write_text("".join(kept), path)
 
 
 def _tensorboard_writer(run_dir: Path) -> Any:

@@ -194,3 +194,47 @@ def test_cli_kill_9_loses_at_most_one_checkpoint_period(tmp_path: Path) -> None:
     assert f"at update {saved} " in resumed.stderr
     assert metric_rows(tmp_path)[-1]["update"] == saved + 1
     assert checkpoint.load(tmp_path / "checkpoints" / "last.pt")["update_index"] == saved + 1
+
+
+def _deterministic(row: dict[str, Any]) -> dict[str, Any]:
+    """A metrics row without its wall times and memory figures, which no two runs share."""
+    timed = ("warmup_s", "train_s", "rollout_s", "update_s", "steps_per_s")
+    return {k: v for k, v in row.items() if k not in timed and not k.startswith("mem_")}
+
+
+@pytest.mark.slow
+def test_metrics_after_kill_9_and_resume_are_those_of_an_uninterrupted_run(
+    tmp_path: Path,
+) -> None:
+    """`kill -9` between checkpoints, then `--resume`: metrics.jsonl holds every update once,
+    with the values an uninterrupted run of the same seed writes (training is bit-reproducible
+    per seed on the CPU), not the killed run's rows after its checkpoint followed by the
+    resumed run's rows for the same updates."""
+    every, constant = 10, ("--lr-schedule", "constant")  # the lr does not depend on the budget
+    killed = tmp_path / "killed"
+    proc = start_cli(
+        killed, "--total-env-steps", str(10**9), "--checkpoint-every", str(every), *constant
+    )
+    while True:  # freeze the trainer at a moment with rows after its newest checkpoint
+        wait_for(lambda: len(metric_rows(killed)) > every, proc, timeout=300)
+        proc.send_signal(signal.SIGSTOP)
+        if len(metric_rows(killed)) % every:
+            break
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.01)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert len(metric_rows(killed)) % every  # the rows a resume would have repeated
+    saved = checkpoint.load_for_resume(killed)[0]["update_index"]
+    total = (saved + 3) * STEPS_PER_UPDATE
+    resumed = resume_cli(killed, total)
+    assert resumed.returncode == 0, resumed.stderr
+
+    straight = tmp_path / "straight"
+    uninterrupted = start_cli(straight, "--total-env-steps", str(total), *constant)
+    _, err = uninterrupted.communicate(timeout=300)
+    assert uninterrupted.returncode == 0, err
+
+    rows = metric_rows(killed)
+    assert [r["update"] for r in rows] == list(range(1, saved + 4))
+    assert [_deterministic(r) for r in rows] == [_deterministic(r) for r in metric_rows(straight)]
