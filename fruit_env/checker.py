@@ -16,6 +16,9 @@ The checks (`CHECKS`, in this order):
   the same trajectories.
 * `num_envs_invariance`: with `metadata["num_envs_invariant"]` and a `make_env`, sub-env `i`
   plays the same game in a vector env of another size.
+* `state_snapshots`: where the env offers `snapshot_state` / `restore_state` (docs/env.md), a
+  restored sub-env continues exactly as its source did, episode ends and restarts included,
+  whatever its neighbours do, and a restore touches no other sub-env.
 * `host_syncs`: torch envs only: aten calls that read device data on the host per `step`.
 * `invalid_actions`: out-of-range and wrong-shape actions raise a clear error.
 
@@ -47,6 +50,7 @@ CHECKS = (
     "info_masks",
     "determinism",
     "num_envs_invariance",
+    "state_snapshots",
     "host_syncs",
     "invalid_actions",
 )
@@ -134,8 +138,8 @@ def check_vector_env(
 ) -> CheckReport:
     """Run `checks` on `env` and return the report (nothing is raised for a failed check).
 
-    `steps`: steps per trajectory compared (determinism, invariance, syncs, spaces).
-    `max_steps`: how many random steps to play looking for an episode end (autoreset).
+    `steps`: steps per trajectory compared (determinism, invariance, snapshots, syncs, spaces).
+    `max_steps`: how many random steps to play looking for an episode end (autoreset, snapshots).
     `strict_syncs`: host syncs on a CPU env fail instead of warn (on other devices they fail).
     `make_env(n)`: builds this env with `n` sub-envs, for the `num_envs_invariance` check.
     """
@@ -149,6 +153,7 @@ def check_vector_env(
         "info_masks": runner.info_masks,
         "determinism": runner.determinism,
         "num_envs_invariance": lambda: runner.invariance(make_env),
+        "state_snapshots": runner.state_snapshots,
         "host_syncs": lambda: runner.host_syncs(strict_syncs),
         "invalid_actions": runner.invalid_actions,
     }
@@ -261,6 +266,42 @@ def _first_difference(a: Any, b: Any, what: str) -> str | None:
 def _short(x: Any) -> str:
     text = np.array2string(np.asarray(x), threshold=8, precision=4, separator=",")
     return " ".join(text.split())[:120]
+
+
+def _with_rows(tree: Any, source: Any, rows: Mapping[int, int]) -> Any:
+    """`tree` (numpy outputs) with row `dst` replaced by `source`'s row `src` for each
+    `dst: src`: what `tree` should be if those sub-envs played `source`'s games. Comparing
+    against it names the sub-env of `tree` that differs."""
+    if isinstance(tree, Mapping):
+        return {k: _with_rows(v, source[k], rows) for k, v in tree.items()}
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_with_rows(v, w, rows) for v, w in zip(tree, source, strict=True))
+    out = np.array(tree, copy=True)
+    for dst, src in rows.items():
+        out[dst] = np.asarray(source)[src]
+    return out
+
+
+def _call(what: str, function: Callable[..., Any], *args: Any) -> Any:
+    """Call one of the env's protocol methods; a raise fails the check, naming the call."""
+    try:
+        return function(*args)
+    except Exception as err:
+        raise _Failed("fail", f"{what} raised {_error(err)}") from None
+
+
+def _steps_difference(
+    got: list[tuple[Any, ...]], want: list[tuple[Any, ...]], first: int
+) -> str | None:
+    """The first difference between two lists of step outputs, named by env step (the
+    first being `first`), key and sub-env."""
+    names = ("obs", "reward", "terminated", "truncated")
+    for t, (x, y) in enumerate(zip(got, want, strict=True)):
+        for name, u, v in zip(names, x, y, strict=True):
+            diff = _first_difference(u, v, name)
+            if diff:
+                return f"step {first + t}: {diff}"
+    return None
 
 
 class _Runner:
@@ -668,6 +709,171 @@ class _Runner:
         return (
             f"sub-envs 0..{k - 1} play the same {self.steps} steps with num_envs={self.n} and {m}"
         )
+
+    def state_snapshots(self) -> str:
+        """The sub-env state protocol of docs/env.md, where offered: a trainer copies games
+        between sub-envs with it and trusts a copy to play on exactly as its source would."""
+        env = self.env
+        missing = [
+            name
+            for name in ("snapshot_state", "restore_state")
+            if not callable(getattr(env, name, None))
+        ]
+        if missing:
+            raise _Failed("skip", f"no sub-env state protocol: {' and '.join(missing)} missing")
+        if self.n < 2:
+            raise _Failed("skip", "num_envs=1: no other sub-env to restore a snapshot into")
+        k = self.steps
+        try:  # put the first episode end inside the window, so copies must restart alike
+            _, end, out, _ = self.play_to_end()
+            i = int(np.nonzero(_np(out[2]) | _np(out[3]))[0][0])
+            start = end - min(k // 2, (end + 1) // 2)
+        except _Failed:
+            i, start = 0, k // 4
+        j = (i + self.n // 2) % self.n
+        played = self.sample(self.seed + 2, start + k)  # play_to_end's actions, extended
+        pre, source = played[:start], played[start:]
+        swapped = self._other_actions(source, self.seed + 9)  # neighbours: other actions
+        rewound = self._other_actions(source, self.seed + 10)
+        for t, a in enumerate(source):
+            swapped[t][j], swapped[t][i] = a[i], a[j]
+            rewound[t][i] = a[i]
+        own: list[Any] = []  # sub-env i's own snapshot, for the rewind
+
+        def swap() -> None:  # a tensor index for one snapshot, a numpy one for the other
+            both = _call(
+                f"snapshot_state(torch.tensor([{i}, {j}]))",
+                env.snapshot_state,
+                torch.tensor([i, j], device=self.device),
+            )
+            own[:] = [_call(f"snapshot_state(np.array([{i}]))", env.snapshot_state, np.array([i]))]
+            _call(
+                f"restore_state(np.array([{j}, {i}]), ...)",
+                env.restore_state,
+                np.array([j, i]),
+                both,
+            )
+
+        def rewind() -> None:
+            into = torch.tensor([i], device=self.device)
+            _call(f"restore_state(torch.tensor([{i}]), ...)", env.restore_state, into, own[0])
+
+        reference, (source_out,) = self._snapshot_run(pre, [source], {})
+        runs = [
+            self._snapshot_run(pre, [swapped, rewound], {0: swap, 1: rewind}),
+            self._snapshot_run(pre, [swapped], {}),  # neighbours without the swap
+            self._snapshot_run(pre, [swapped, rewound], {0: swap}),  # ... without the rewind
+        ]
+        for before, _ in runs:
+            diff = self._trajectory_difference(reference, before)
+            if diff:
+                raise _Failed(
+                    "skip",
+                    f"the game does not replay under reset(seed={self.seed}) (see determinism), "
+                    f"so copies cannot be compared: {diff}",
+                )
+        (after_swap, after_rewind), (unswapped,), (_, unrewound) = (out for _, out in runs)
+        swap_text = (
+            f"sub-envs {i} and {j} swapped before step {start} by "
+            f"snapshot_state(torch.tensor([{i}, {j}])) and restore_state(np.array([{j}, {i}]))"
+        )
+        rewind_text = (
+            f"sub-env {i} restored before step {start + k} from its own "
+            f"snapshot_state(np.array([{i}])) of before step {start}"
+        )
+        kept = [_with_rows(g, o, {i: i, j: j}) for g, o in zip(after_swap, unswapped, strict=True)]
+        stayed = (  # a diagnosis: the restore moved no game
+            f" (sub-envs {i} and {j} played on their own games, as if restore_state reversed "
+            "the rows or did nothing)"
+            if _steps_difference(after_swap, kept, start) is None
+            else ""
+        )
+        comparisons = [  # (outputs, expected rows from, {row: from row}, first step, what)
+            (
+                after_swap,
+                source_out,
+                {j: i, i: j},
+                start,
+                f"{swap_text}, each on the other's actions, neighbours on others{stayed}; "
+                "copy vs source",
+            ),
+            (
+                after_swap,
+                unswapped,
+                {m: m for m in range(self.n) if m not in (i, j)},
+                start,
+                f"{swap_text} changed a neighbour; with vs without the restore",
+            ),
+            (
+                after_rewind,
+                source_out,
+                {i: i},
+                start + k,
+                f"{rewind_text}, on the same actions again, neighbours on others; copy vs "
+                f"source ({k} steps earlier)",
+            ),
+            (
+                after_rewind,
+                unrewound,
+                {m: m for m in range(self.n) if m != i},
+                start + k,
+                f"{rewind_text} changed a neighbour; with vs without the restore",
+            ),
+        ]
+        for got, other, rows, first, what in comparisons:
+            want = [_with_rows(g, o, rows) for g, o in zip(got, other, strict=True)]
+            diff = _steps_difference(got, want, first)
+            if diff:
+                raise _Failed("fail", f"{what}: {diff}")
+        ends = sum(
+            int(np.count_nonzero((np.asarray(s[2], bool) | np.asarray(s[3], bool))[[i, j]]))
+            for s in source_out
+        )
+        return (
+            f"sub-envs {i} and {j} swapped by snapshots before step {start} played {k} steps "
+            f"as their sources did ({ends} episode ends among them), neighbours on other "
+            f"actions and unchanged; sub-env {i} rewound to its own snapshot replayed them too"
+        )
+
+    def _other_actions(self, actions: list[np.ndarray], seed: int) -> list[np.ndarray]:
+        """Random actions that differ from `actions` entry by entry where the space allows."""
+        space = copy.deepcopy(self.single_action)
+        space.seed(seed)
+        others = []
+        for batch in actions:
+            other = batch.copy()
+            for m in range(len(batch)):
+                for _ in range(20):
+                    other[m] = np.asarray(space.sample())
+                    if not np.array_equal(other[m], batch[m]):
+                        break
+            others.append(other)
+        return others
+
+    def _snapshot_run(
+        self,
+        pre: list[np.ndarray],
+        phases: list[list[np.ndarray]],
+        calls: Mapping[int, Callable[[], None]],
+    ) -> tuple[list[tuple[Any, ...]], list[list[tuple[Any, ...]]]]:
+        """Play `pre` from `reset(seed)`, then each phase, making `calls[p]` before phase `p`:
+        (the `trajectory` of `pre`, each phase's [(obs, reward, terminated, truncated)])."""
+        obs, _ = self.reset(seed=self.seed)
+        before = [(_np(obs),), *self._play(pre)]
+        out = []
+        for p, actions in enumerate(phases):
+            if p in calls:
+                calls[p]()
+            out.append(self._play(actions))
+        return before, out
+
+    def _play(self, actions: list[np.ndarray]) -> list[tuple[Any, ...]]:
+        out = []
+        for a in actions:
+            obs, reward, term, trunc, _ = self.step(a)
+            out.append((_np(obs), _np(reward), _np(term), _np(trunc)))
+            self._restart_ended(term, trunc)
+        return out
 
     def host_syncs(self, strict: bool) -> str:
         self.reset(seed=self.seed)

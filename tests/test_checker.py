@@ -1,14 +1,17 @@
 """`fruit_env.checker.check_vector_env` and `python -m fruit_env check`.
 
 FruitCatcher passes in every autoreset and observation mode; Gymnasium's own vector envs
-pass with the warnings they earn; EnvPool and gymnax fail what they break. Each small fake
-env below breaks one rule, and exactly that check fails (or warns), with evidence.
+pass with the warnings they earn (and skip the sub-env state check: they offer no snapshots);
+EnvPool and gymnax fail what they break. Each small fake env below breaks one rule, and
+exactly that check fails (or warns), with evidence.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import random
+import re
 import warnings
 from typing import Any
 
@@ -44,6 +47,29 @@ def test_fruit_catcher_passes_in_every_mode(mode: str, obs_mode: str) -> None:
     assert report.statuses() == {**ALL_PASS, "host_syncs": "warn"}, str(report)
     assert mode in report["autoreset"].evidence
     assert "ValueError" in report["invalid_actions"].evidence
+    assert episode_ends(report) >= 1  # copies restarted alike after an episode end
+
+
+def episode_ends(report: CheckReport) -> int:
+    """How many episode ends the snapshot check saw in its window (from its evidence)."""
+    found = re.search(r"\((\d+) episode ends among them\)", report["state_snapshots"].evidence)
+    assert found, report["state_snapshots"].evidence
+    return int(found[1])
+
+
+@pytest.mark.parametrize("num_envs", [2, 5])
+def test_fruit_catcher_snapshots_pass_with_default_rules(num_envs: int) -> None:
+    env = gym.make_vec("FruitCatcher-v0", num_envs=num_envs)  # 200-step episodes
+    report = check_vector_env(env, checks=("state_snapshots",))
+    assert report.statuses() == {"state_snapshots": "pass"}, str(report)
+    assert episode_ends(report) >= 1
+    assert "played 64 steps as their sources did" in report["state_snapshots"].evidence
+
+
+def test_one_sub_env_skips_the_snapshot_check() -> None:
+    report = check_vector_env(fruit(1, "NEXT_STEP"), steps=8, checks=("state_snapshots",))
+    assert report.statuses() == {"state_snapshots": "skip"}
+    assert "num_envs=1" in report["state_snapshots"].evidence
 
 
 def test_fruit_catcher_is_sync_free_with_its_fast_kwargs_even_when_strict() -> None:
@@ -105,10 +131,14 @@ def test_gymnasium_cartpole_vector_env() -> None:
         **ALL_PASS,
         "determinism": "warn",  # reset takes one int seed, not a list
         "num_envs_invariance": "skip",
+        "state_snapshots": "skip",  # no sub-env state protocol
         "host_syncs": "skip",  # numpy
         "invalid_actions": "warn",  # an assert
     }
     assert "Seed must be a python integer" in report["determinism"].evidence
+    assert report["state_snapshots"].evidence == (
+        "no sub-env state protocol: snapshot_state and restore_state missing"
+    )
     assert "AssertionError" in report["invalid_actions"].evidence
 
 
@@ -119,6 +149,7 @@ def test_gymnasium_sync_vector_env() -> None:
     assert report.statuses() == {
         **ALL_PASS,
         "num_envs_invariance": "skip",
+        "state_snapshots": "skip",
         "host_syncs": "skip",
         "invalid_actions": "warn",
     }
@@ -249,6 +280,37 @@ class FakeEnv(VectorEnv):
     def restart_after_end(self, i: int, action: int) -> None:
         self._restart(i)
 
+    # the sub-env state protocol (docs/env.md): numpy rows plus each generator's state
+
+    def snapshot_state(self, index: Any) -> tuple[Any, ...]:
+        rows = self.rows(index)
+        fields = (self._x, self._t, self._limit, self._pending)
+        return (*(field[rows] for field in fields), self.rng_states(rows))
+
+    def restore_state(self, index: Any, snapshot: tuple[Any, ...]) -> None:
+        rows = self.rows(index)
+        *values, rng_states = snapshot
+        for field, value in zip(
+            (self._x, self._t, self._limit, self._pending), values, strict=True
+        ):
+            field[rows] = value
+        self.set_rng_states(rows, rng_states)
+
+    @staticmethod
+    def rows(index: Any) -> np.ndarray:
+        index = index.cpu().numpy() if isinstance(index, torch.Tensor) else np.asarray(index)
+        if index.ndim != 1 or index.dtype.kind not in "iu":
+            raise ValueError(f"index must be 1-D integers, got {index.dtype} {index.shape}")
+        return index.astype(np.int64)
+
+    def rng_states(self, rows: np.ndarray) -> list[dict[str, Any]]:
+        return [copy.deepcopy(self._rngs[m].bit_generator.state) for m in rows]
+
+    def set_rng_states(self, rows: np.ndarray, states: list[dict[str, Any]]) -> None:
+        for m, state in zip(rows, states, strict=True):  # one generator per sub-env, never shared
+            self._rngs[m] = np.random.default_rng()
+            self._rngs[m].bit_generator.state = copy.deepcopy(state)
+
     def final_info(self, final: torch.Tensor, ended: np.ndarray) -> dict[str, Any]:
         return {"final_obs": final, "_final_obs": torch.from_numpy(ended)}
 
@@ -281,7 +343,10 @@ class ActionAfterEnd(FakeEnv):
 
 class IgnoresResetMask(FakeEnv):
     """DISABLED, but `reset(options={"reset_mask": m})` restarts every sub-env (claims no
-    num_envs invariance: with whole resets at other sizes' episode ends it has none)."""
+    num_envs invariance: with whole resets at other sizes' episode ends it has none; and
+    offers no snapshots: a neighbour's episode end would restart a copy early)."""
+
+    snapshot_state = restore_state = None  # type: ignore[assignment]
 
     def __init__(self, num_envs: int, autoreset_mode: str = "NEXT_STEP") -> None:
         super().__init__(num_envs, autoreset_mode)
@@ -365,6 +430,67 @@ class ClampsActions(FakeEnv):
         np.clip(actions, 0, 2, out=actions)
 
 
+class ForgetsRandomness(FakeEnv):
+    """Snapshots without the generators' states: a copy draws from its target's generator."""
+
+    def rng_states(self, rows: np.ndarray) -> list[dict[str, Any]]:
+        return []
+
+    def set_rng_states(self, rows: np.ndarray, states: list[dict[str, Any]]) -> None:
+        pass
+
+
+class RestoresIntoNeighbour(FakeEnv):
+    """`restore_state` writes each row into sub-env `index[j] + 1` too (an off-by-one slice),
+    then into `index[j]`: the restored sub-envs are right, a neighbour is overwritten."""
+
+    def restore_state(self, index: Any, snapshot: tuple[Any, ...]) -> None:
+        super().restore_state((self.rows(index) + 1) % self.num_envs, snapshot)
+        super().restore_state(index, snapshot)
+
+
+class ReversedRows(FakeEnv):
+    """`restore_state` puts row `j` into sub-env `index[-1 - j]`."""
+
+    def restore_state(self, index: Any, snapshot: tuple[Any, ...]) -> None:
+        super().restore_state(self.rows(index)[::-1], snapshot)
+
+
+class HalfProtocol(FakeEnv):
+    """Offers `snapshot_state` but no callable `restore_state`: not the protocol."""
+
+    restore_state = None  # type: ignore[assignment]
+
+
+class NumpyOutputs(FakeEnv):
+    """The same game with numpy outputs, as Gymnasium's numpy vector envs give them."""
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        *out, info = super().step(actions)
+        return (*(x.numpy() for x in out), {k: np.asarray(v) for k, v in info.items()})
+
+    def reset(self, *, seed: Any = None, options: dict | None = None) -> tuple[Any, dict]:
+        obs, info = super().reset(seed=seed, options=options)
+        return obs.numpy(), info
+
+
+class NumpyForgetsRandomness(NumpyOutputs, ForgetsRandomness):
+    pass
+
+
+SWAP = (  # the first episode end is at step 2 (sub-env 2), so the snapshot is before step 1
+    "sub-envs 2 and 0 swapped before step 1 by snapshot_state(torch.tensor([2, 0])) and "
+    "restore_state(np.array([0, 2]))"
+)
+# sub-env 0 plays sub-env 2's game but draws from its own generator: the first step differs
+FORGOTTEN = f"{SWAP}, each on the other's actions, neighbours on others; copy vs source: step 1: "
+FORGOTTEN += "obs sub-env 0: [0.4031,0.2 ] vs [0.4069,0.2 ]"
+OVERWRITTEN = f"{SWAP} changed a neighbour; with vs without the restore: step 1: obs sub-env 1: "
+REVERSED = f"{SWAP}, each on the other's actions, neighbours on others (sub-envs 2 and 0 played "
+REVERSED += "on their own games, as if restore_state reversed the rows or did nothing); copy vs "
+REVERSED += "source: step 1: obs sub-env 0: "
+
+
 def check(cls: type[FakeEnv], mode: str = "NEXT_STEP", **kwargs: Any) -> CheckReport:
     return check_vector_env(cls(4, mode), steps=12, make_env=lambda n: cls(n, mode), **kwargs)
 
@@ -391,6 +517,11 @@ def test_the_conforming_fake_passes(mode: str) -> None:
         (IntTerminated, "NEXT_STEP", "spaces", "step 0: terminated dtype int64, expected bool"),
         (WrongFinalMask, "SAME_STEP", "autoreset", "info['_final_obs'] is"),
         (MixedDevices, "NEXT_STEP", "spaces", "torch outputs on ['cpu', 'meta']"),
+        (ForgetsRandomness, "NEXT_STEP", "state_snapshots", FORGOTTEN),
+        (ForgetsRandomness, "SAME_STEP", "state_snapshots", FORGOTTEN),
+        (ForgetsRandomness, "DISABLED", "state_snapshots", FORGOTTEN),
+        (RestoresIntoNeighbour, "NEXT_STEP", "state_snapshots", OVERWRITTEN),
+        (ReversedRows, "SAME_STEP", "state_snapshots", REVERSED),
     ],
 )
 def test_a_broken_rule_fails_exactly_its_check(
@@ -414,6 +545,32 @@ def test_a_host_read_per_step_warns_on_cpu_and_fails_when_strict() -> None:
     assert "1 host syncs per step on cpu" in report["host_syncs"].evidence
     strict = check(SyncsPerStep, strict_syncs=True)
     assert [c.name for c in strict.failed] == ["host_syncs"]
+
+
+def test_half_the_snapshot_protocol_is_not_the_protocol() -> None:
+    report = check(HalfProtocol)
+    assert report.ok and report.statuses() == {**ALL_PASS, "state_snapshots": "skip"}
+    assert report["state_snapshots"].evidence == "no sub-env state protocol: restore_state missing"
+
+
+@pytest.mark.parametrize("mode", ["NEXT_STEP", "SAME_STEP", "DISABLED"])
+def test_snapshots_of_a_numpy_env(mode: str) -> None:
+    """numpy outputs, snapshots of numpy rows and dicts, indices as tensors or arrays."""
+    report = check(NumpyOutputs, mode)
+    assert report.statuses() == {**ALL_PASS, "host_syncs": "skip"}, str(report)
+    assert episode_ends(report) == 5  # sub-envs 2 and 0 both restart inside the window
+    broken = check(NumpyForgetsRandomness, mode)
+    assert [c.name for c in broken.failed] == ["state_snapshots"], str(broken)
+    assert FORGOTTEN in broken["state_snapshots"].evidence
+
+
+def test_a_game_that_does_not_replay_skips_the_snapshot_check() -> None:
+    evidence = check(IgnoresSeeds)["state_snapshots"]
+    assert evidence.status == "skip"
+    assert evidence.evidence.startswith(
+        "the game does not replay under reset(seed=0) (see determinism), so copies cannot be "
+        "compared: reset: obs sub-env 0: "
+    )
 
 
 def test_silently_clamped_actions_warn() -> None:
