@@ -1,9 +1,10 @@
 """examples/grpo_one_page.py: the trainer's update written on one page, and the benchmark's
 naive reference.
 
-The trainer has no seam that takes a batch apart from a rollout it collected, so the trainer
-plays (`GRPOTrainer.collect`) and both learn from that one rollout (`GRPOTrainer.learn`, the
-example's `learn`), starting from the same weights.
+`GRPOTrainer.learn` takes a `Rollout`, which carries the collection's episode statistics
+besides its tensors, and has no seam for bare tensors: so the trainer plays (`collect`), and
+both learn from that one rollout (`GRPOTrainer.learn` and the example's `learn`), from the
+same weights.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import pytest
@@ -24,7 +25,9 @@ from torch.distributions import Categorical
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
 from grpo_trainer.advantages import group_relative, windowed_returns
-from grpo_trainer.rollout import Rollout
+
+if TYPE_CHECKING:
+    from grpo_trainer.rollout import Rollout
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "grpo_one_page.py"
