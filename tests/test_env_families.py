@@ -153,7 +153,7 @@ def test_gymnax_step_reset_and_snapshots_do_not_sync_with_the_host() -> None:
 
 
 def test_gymnax_env_speaks_torch_and_declares_itself() -> None:
-    io = _io("gymnax-cartpole", 4)
+    io = _io("gymnax-cartpole", 4)  # the trainer's env: its fast options leave final_obs out
     envs = io.envs
     assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
     assert io.max_episode_steps() == 500  # gymnax's own limit, visible to the trainer
@@ -161,7 +161,31 @@ def test_gymnax_env_speaks_torch_and_declares_itself() -> None:
     assert isinstance(obs, torch.Tensor) and obs.dtype == torch.float32 and obs.shape == (4, 4)
     _, reward, terminated, _, info = envs.step(torch.zeros(4, dtype=torch.int64))
     assert reward.dtype == torch.float32 and terminated.dtype == torch.bool
-    assert info["final_obs"].shape == (4, 4) and info["_final_obs"].dtype == torch.bool
+    assert info == {}
+
+
+def test_a_users_gymnax_env_keeps_gymnasiums_same_step_final_observation() -> None:
+    """Gymnasium's SAME_STEP contract by default: the last observation of an ended episode in
+    `info["final_obs"]`, masked by `info["_final_obs"]`, while `obs` is the new episode's."""
+    pytest.importorskip("gymnax")
+    import gymnax
+
+    from grpo_trainer.envs.gymnax_vector import GymnaxVectorEnv
+
+    env, params = gymnax.make("CartPole-v1")
+    envs = GymnaxVectorEnv(env, params, 4)
+    envs.reset(seed=0)
+    push_right = torch.ones(4, dtype=torch.int64)
+    for _ in range(200):  # always pushing right topples the pole within a few dozen steps
+        obs, _, terminated, truncated, info = envs.step(push_right)
+        ended = terminated | truncated
+        if ended.any():
+            break
+    assert ended.any() and torch.equal(info["_final_obs"], ended)
+    assert info["final_obs"].shape == (4, 4)
+    final, fresh = info["final_obs"][ended], obs[ended]
+    assert (final[:, 2].abs() > 0.2).all()  # the pole angle that ended it (limit 12 degrees)
+    assert (fresh.abs() <= 0.05).all()  # gymnax resets to uniform(-0.05, 0.05)
 
 
 def test_gymnax_env_refuses_bad_input_with_a_clear_error() -> None:

@@ -16,7 +16,9 @@ final observation in `info["final_obs"]`), vmapped and jit-compiled once. Data c
 between JAX and torch through DLPack, without copies where both sit on one device: the
 actions go in as they are; the observations come out as they are, and the reward,
 terminated and truncated flags come out together as one `(N, 3)` float32 array, so a step
-costs two hand-overs instead of five.
+costs two hand-overs instead of five. The final observation is a second full observation
+array per step (on MinAtar it doubled the step's time): `final_obs=False`, one of the
+trainer's fast options (it never reads it), compiles a step without it.
 
 Why not gymnax's `GymnaxToVectorGymWrapper` + Gymnasium's `JaxToTorch`: they take one seed
 for all sub-envs, offer no snapshots, and convert every output on its own; the trainer ran
@@ -72,13 +74,15 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
     """`num_envs` copies of one gymnax env on `device`, stepped by one compiled call.
 
     `check_actions` (default True): refuse out-of-range actions with a clear error. It reads
-    the actions on the host, so the trainer (whose actions come from the action space) turns
-    it off (`metadata["fast_kwargs"]`).
+    the actions on the host. `final_obs` (default True): put the last observation of an
+    ended episode in `info["final_obs"]` (Gymnasium's SAME_STEP contract). The trainer,
+    whose actions come from the action space and which never reads final observations,
+    turns both off (`metadata["fast_kwargs"]`).
     """
 
     metadata = {
         "autoreset_mode": AutoresetMode.SAME_STEP,
-        "fast_kwargs": {"check_actions": False},
+        "fast_kwargs": {"check_actions": False, "final_obs": False},
     }
 
     def __init__(
@@ -89,6 +93,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         device: torch.device | str = "cpu",
         *,
         check_actions: bool = True,
+        final_obs: bool = True,
     ) -> None:
         if not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
@@ -107,7 +112,9 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         self._state: Any = None  # the batched state pytree
         self._keys: jax.Array | None = None  # (N, 2) uint32, one key chain per sub-env
         self._obs: jax.Array | None = None  # (N, *obs_shape): each sub-env's latest obs
-        self._step_fn = jax.jit(self._compiled_step)
+        self._step_fn = jax.jit(
+            self._step_with_final_obs if final_obs else self._step_without_final_obs
+        )
         self._reset_fn = jax.jit(self._compiled_reset)
         self._gather_fn = jax.jit(_gather)
         self._scatter_fn = jax.jit(_scatter)
@@ -119,14 +126,24 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
     # -- the compiled functions ------------------------------------------------------------
 
     def _compiled_step(self, state: Any, keys: jax.Array, action: jax.Array) -> Any:
+        """One step of every sub-env: state, keys, observations, `(N, 3)` reward and flags,
+        and an info dict (empty here)."""
         split = jax.vmap(jax.random.split)(keys)
         step = jax.vmap(self.env.step, in_axes=(0, 0, 0, None))
         obs, state, reward, terminated, truncated, info = step(
             split[:, 1], state, action.astype(self._action_dtype), self.params
         )
         flags = jnp.stack([reward, terminated, truncated], axis=1).astype(jnp.float32)
-        final_obs = info["final_observation"].astype(jnp.float32)
-        return state, split[:, 0], obs.astype(jnp.float32), flags, final_obs
+        final = {"final_obs": info["final_observation"].astype(jnp.float32)}
+        final["_final_obs"] = terminated | truncated
+        return state, split[:, 0], obs.astype(jnp.float32), flags, final
+
+    def _step_with_final_obs(self, state: Any, keys: jax.Array, action: jax.Array) -> Any:
+        return self._compiled_step(state, keys, action)
+
+    def _step_without_final_obs(self, state: Any, keys: jax.Array, action: jax.Array) -> Any:
+        *out, _ = self._compiled_step(state, keys, action)
+        return (*out, {})
 
     def _compiled_reset(
         self, state: Any, keys: jax.Array, obs: Any, mask: jax.Array, seeds: jax.Array
@@ -172,14 +189,13 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         if self._state is None:
             raise RuntimeError("call reset() before step()")
         actions = self._actions(actions)
-        self._state, self._keys, self._obs, flags, final_obs = self._step_fn(
+        self._state, self._keys, self._obs, flags, info = self._step_fn(
             self._state, self._keys, actions
         )
         flags = torch.from_dlpack(flags)
-        terminated, truncated = flags[:, 1] > 0, flags[:, 2] > 0
-        ended = terminated | truncated
-        info = {"final_obs": torch.from_dlpack(final_obs), "_final_obs": ended}
-        return torch.from_dlpack(self._obs), flags[:, 0], terminated, truncated, info
+        ended = flags[:, 1:] > 0  # terminated, truncated: one op, two views
+        info = {name: torch.from_dlpack(value) for name, value in info.items()}
+        return torch.from_dlpack(self._obs), flags[:, 0], ended[:, 0], ended[:, 1], info
 
     # -- sub-env state snapshots (docs/env.md) ---------------------------------------------
 
