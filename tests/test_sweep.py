@@ -134,6 +134,8 @@ def test_with_no_trial_at_the_target_the_best_config_is_the_closest(tmp_path: Pa
 
     base = json.loads(json.dumps(BASE))
     base["run"]["target"] = "return=100000"  # never
+    # long enough that the two draws' greedy policies leave CartPole's first plateau (9.5)
+    base["total_env_steps"], base["run"]["eval_every"] = 8192, 2048
     study = run_sweep(SPACE, base, 2, tmp_path, objective="time_to_target", pruner="none")
     assert [t.value for t in study.trials] == [NOT_REACHED, NOT_REACHED]
     scores = [t.user_attrs["best_eval_score"] for t in study.trials]
