@@ -9,23 +9,23 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
-from grpo_trainer.callbacks import Callback
+from grpo_trainer.callbacks import Callback, RunState
 from grpo_trainer.envs import make_envs
 
 
 class PrintEvaluations(Callback):
     """One line per evaluation; the score is what best.pt is chosen by."""
 
-    def on_eval(self, harness: Any, metrics: dict[str, float]) -> None:
-        steps = harness.trainer.env_steps
-        print(f"{steps:>10,} env steps  eval score {metrics['eval_score']:.3f}", flush=True)
+    def on_eval(self, state: RunState, metrics: dict[str, float]) -> None:
+        print(
+            f"{state.env_steps:>10,} env steps  eval score {metrics['eval_score']:.3f}", flush=True
+        )
 
-    def on_checkpoint(self, harness: Any, path: Path) -> None:
+    def on_checkpoint(self, state: RunState, path: Path) -> None:
         if path.name == "best.pt":
             print(f"{'':>10}  new best policy saved to {path}", flush=True)
 
@@ -34,15 +34,15 @@ class StopWithoutImprovement(Callback):
     """Stop after `patience` evaluations in a row without a better score."""
 
     def __init__(self, patience: int) -> None:
-        self.patience, self.best, self.stale = patience, float("-inf"), 0
+        self.patience, self.best, self.without_gain = patience, float("-inf"), 0
 
-    def on_eval(self, harness: Any, metrics: dict[str, float]) -> None:
+    def on_eval(self, state: RunState, metrics: dict[str, float]) -> None:
         if metrics["eval_score"] > self.best:
-            self.best, self.stale = metrics["eval_score"], 0
+            self.best, self.without_gain = metrics["eval_score"], 0
             return
-        self.stale += 1
-        if self.stale >= self.patience:
-            harness.request_stop(f"no better evaluation in {self.patience} in a row")
+        self.without_gain += 1
+        if self.without_gain >= self.patience:
+            state.request_stop(f"no better evaluation in {self.patience} in a row")
 
 
 def main(argv: list[str] | None = None) -> GRPOTrainer:

@@ -1,10 +1,11 @@
 """Hooks into a training run, for Python users: the habit Stable-Baselines3's callbacks set.
 
 Subclass `Callback`, override the hooks you need, and pass instances to
-`GRPOTrainer.train(callbacks=[...])`. Every hook gets the `Harness` that runs the loop:
-`harness.trainer` is the trainer (policy, config, counters), and `harness.request_stop(why)`
-ends the run cleanly, with a final checkpoint, after the next update (in a distributed run
-every rank stops after that same update).
+`GRPOTrainer.train(callbacks=[...])`. Every hook gets the `RunState`: where the run is
+(`state.update`, `state.env_steps`, `state.best`), what it trains (`state.config`,
+`state.policy`), and `state.request_stop(why)`, which ends the run cleanly, with a final
+checkpoint, after the next update (in a distributed run every rank stops after that same
+update). The loop itself stays out of reach, so a callback cannot come to depend on it.
 
 Hooks run on every rank, after the update's metrics reached the host: they cost no device
 sync of their own unless they read the device themselves.
@@ -12,31 +13,83 @@ sync of their own unless they read the device themselves.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from grpo_trainer.harness import Harness
+    from grpo_trainer.config import GRPOConfig
+    from grpo_trainer.periodic_eval import Target
+    from grpo_trainer.policy import Policy
+
+# What hooks were given before they got a `RunState` (the loop itself), and where each went.
+_HARNESS_ATTRIBUTES = {
+    "trainer": "state.update, state.env_steps, state.config and state.policy",
+    "evaluator": "state.target",
+    "stop_signal": "the outcome of GRPOTrainer.train (trainer.stop_signal)",
+    "stop_reason": "the outcome of GRPOTrainer.train (trainer.stop_reason)",
+    "last_checkpoint": "the path on_checkpoint receives",
+    "callbacks": "nothing: a callback does not see the others",
+}
+
+
+@dataclasses.dataclass
+class Best:
+    """best.pt's score and the metric it is: the training return until the first evaluation
+    during training, the evaluation score from then on."""
+
+    score: float = -math.inf
+    by: str = "return_mean"
+
+
+@dataclasses.dataclass
+class RunState:
+    """What a callback sees of a run: its counters, its best score, and the way to stop it."""
+
+    config: GRPOConfig
+    policy: Policy
+    run_dir: Path | None  # where this rank writes files (rank 0's run directory, else None)
+    target: Target | None = None  # the evaluation score the run aims for, if any
+    update: int = 0  # updates done
+    env_steps: int = 0  # sub-env steps simulated so far, all ranks
+    best: Best = dataclasses.field(default_factory=Best)
+    stop_requested: str | None = None  # request_stop's reason, until every rank agrees
+
+    def request_stop(self, reason: str = "a callback") -> None:
+        """End the run after the next update, cleanly, with a final checkpoint."""
+        self.stop_requested = self.stop_requested or reason
+
+    def __getattr__(self, name: str) -> Any:
+        """A callback written for the hooks' old argument, the loop itself, is told what
+        replaced the attribute it asked for, rather than only that it is missing."""
+        if name in _HARNESS_ATTRIBUTES:
+            raise AttributeError(
+                f"callback hooks now receive a RunState, not the training loop: "
+                f"`harness.{name}` is gone; use {_HARNESS_ATTRIBUTES[name]} "
+                "(grpo_trainer.callbacks)"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 class Callback:
     """Does nothing; override any hook."""
 
-    def on_train_start(self, harness: Harness) -> None:
+    def on_train_start(self, state: RunState) -> None:
         """Before the first update (after a resume, from where it resumed)."""
 
-    def on_update(self, harness: Harness, metrics: dict[str, float]) -> None:
+    def on_update(self, state: RunState, metrics: dict[str, float]) -> None:
         """After every update, with its metrics (the row written to metrics.jsonl)."""
 
-    def on_eval(self, harness: Harness, metrics: dict[str, float]) -> None:
+    def on_eval(self, state: RunState, metrics: dict[str, float]) -> None:
         """After every evaluation during training, with its `eval_*` metrics."""
 
-    def on_checkpoint(self, harness: Harness, path: Path) -> None:
+    def on_checkpoint(self, state: RunState, path: Path) -> None:
         """After a checkpoint file was written (numbered, last.pt or best.pt)."""
 
-    def on_train_end(self, harness: Harness, metrics: dict[str, float]) -> None:
+    def on_train_end(self, state: RunState, metrics: dict[str, float]) -> None:
         """After the final checkpoint, with each metric's latest value."""
 
-    def on_train_error(self, harness: Harness, error: BaseException) -> None:
+    def on_train_error(self, state: RunState, error: BaseException) -> None:
         """Training raised `error` (a second Ctrl-C included); it is raised again after the
         callbacks ran. An error a callback raises here is logged, not raised."""

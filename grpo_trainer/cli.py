@@ -190,6 +190,7 @@ def _train(args: argparse.Namespace) -> int:
     from grpo_trainer import distributed
     from grpo_trainer.accel import resolve_device
     from grpo_trainer.envs import make_envs
+    from grpo_trainer.harness import Harness
     from grpo_trainer.trainer import GRPOTrainer
 
     config = config_from_args(args)
@@ -207,15 +208,14 @@ def _train(args: argparse.Namespace) -> int:
             ) from None
         log.info("training %s on %s with %d sub-envs", config.run.env, device, config.num_envs)
         torch.set_float32_matmul_precision("high")
-        trainer = GRPOTrainer(envs, config)
-        metrics = trainer.train()
+        outcome = Harness(GRPOTrainer(envs, config)).run()
         envs.close()
     finally:
         distributed.shutdown()
-    if trainer.stop_signal:  # stopped early, checkpoint written: 128 + signal, as shells do
-        number = getattr(signal.Signals, trainer.stop_signal, signal.SIGTERM)
+    if outcome.stop_signal:  # stopped early, checkpoint written: 128 + signal, as shells do
+        number = getattr(signal.Signals, outcome.stop_signal, signal.SIGTERM)
         return 128 + int(number)
-    return 0 if metrics or config.run.resume else 1
+    return 0 if outcome.metrics or config.run.resume else 1
 
 
 def _sweep(args: argparse.Namespace) -> int:

@@ -41,15 +41,12 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from grpo_trainer.callbacks import Callback
+from grpo_trainer.callbacks import Callback, RunState
 from grpo_trainer.checkpoint import atomic_write_text
 from grpo_trainer.config import GRPOConfig
 from grpo_trainer.search_space import Param, apply, check_against, parse_space
-
-if TYPE_CHECKING:
-    from grpo_trainer.harness import Harness
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +83,8 @@ class TrialReporter(Callback):
         self.pruned_at: int | None = None
         self.target: Any = None
 
-    def on_train_start(self, harness: Harness) -> None:
-        self.target = harness.evaluator.target
+    def on_train_start(self, state: RunState) -> None:
+        self.target = state.target
         if self.objective == "time_to_target" and self.target is None:
             raise ValueError(
                 "objective time_to_target needs a target: set run.target in the base config "
@@ -95,7 +92,7 @@ class TrialReporter(Callback):
                 "or use --objective eval_score"
             )
 
-    def on_eval(self, harness: Harness, metrics: dict[str, float]) -> None:
+    def on_eval(self, state: RunState, metrics: dict[str, float]) -> None:
         if self.pruned_at is not None:  # stopping: the update it waits for evaluated too
             return
         self.evaluations += 1
@@ -106,18 +103,18 @@ class TrialReporter(Callback):
             self.reached_s = metrics["target_reached_s"]
         if self.objective == "time_to_target":
             if self.reached_s is not None:
-                harness.request_stop("the trial reached the target")
+                state.request_stop("the trial reached the target")
                 return
             value = self.target.value - metrics.get(self.target.metric, math.nan)
         else:
             value = score
         if not math.isfinite(value):
             return
-        step = harness.trainer.env_steps
+        step = state.env_steps
         self.trial.report(value, step)
         if self.trial.should_prune():
             self.pruned_at = step
-            harness.request_stop(f"pruned by the sweep at {step} env steps")
+            state.request_stop(f"pruned by the sweep at {step} env steps")
 
 
 @dataclasses.dataclass

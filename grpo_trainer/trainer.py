@@ -12,7 +12,6 @@ import copy
 import functools
 import json
 import logging
-import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -34,11 +33,9 @@ from grpo_trainer.accel import (
     should_compile,
 )
 from grpo_trainer.advantages import Advantages, episode_returns, group_relative, windowed_returns
-from grpo_trainer.callbacks import Callback
 from grpo_trainer.config import GRPOConfig
 from grpo_trainer.env_io import EnvIO
 from grpo_trainer.episodes import summarise
-from grpo_trainer.harness import Harness
 from grpo_trainer.metrics import cross_rank, memory_stats, to_host
 from grpo_trainer.objective import LossTerms, grpo_loss
 from grpo_trainer.policy import Policy
@@ -56,6 +53,17 @@ log = logging.getLogger(__name__)
 SEED_STRIDE = 1_000_000_007  # run seeds this far apart never share a group's seed
 MIN_HORIZON = 16  # episodes mode: the shortest adapted horizon, and its rounding step
 HORIZON_SLACK = (1.25, 8)  # episodes mode: next horizon = longest episode * 1.25 + 8
+
+
+# The entries of `GRPOTrainer.state_dict()`, and the checkpoint's digest: what a checkpoint
+# holds besides these belongs to the run (`checkpoint_extras`).
+STATE_KEYS = frozenset(
+    {
+        *("format_version", "config", "spaces", "policy", "reference", "optimizer", "scaler"),
+        *("generator", "update_index", "env_steps", "train_s", "horizon", "rollouts"),
+        checkpoint.DIGEST_KEY,
+    }
+)
 
 
 class UpdateResult(NamedTuple):
@@ -132,9 +140,12 @@ class GRPOTrainer:
         self.update_index = 0
         self.env_steps = 0
         self.train_s = 0.0
-        # best.pt's score and the metric it is: the training return until the first
-        # evaluation during training, the evaluation score from then on
-        self.best_score, self.best_by = -math.inf, "return_mean"
+        # what the last train() ended on, when it ended before its budget
+        self.stop_signal: str | None = None
+        self.stop_reason: str | None = None
+        # entries of a resumed checkpoint that the run wrote beside the trainer's (best.pt's
+        # score), kept for the run to take back
+        self.checkpoint_extras: dict[str, Any] = {}
         if run.resume:
             self.load(run.resume)
 
@@ -158,9 +169,9 @@ class GRPOTrainer:
     def update(self) -> dict[str, float]:
         """One GRPO update: play, compare each step with its group, optimise. Returns the
         update's metrics (one device-to-host copy)."""
-        return self.step().metrics
+        return self.agreed_update().metrics
 
-    def step(self, should_stop: Callable[[], bool] = lambda: False) -> UpdateResult:
+    def agreed_update(self, should_stop: Callable[[], bool] = lambda: False) -> UpdateResult:
         """`update()` with the stop agreement of a distributed run: `should_stop()`, asked as
         the metrics are reduced, says whether this rank was signalled; the result says whether
         any rank was, so that all stop after the same update."""
@@ -486,38 +497,25 @@ class GRPOTrainer:
 
     def train(
         self,
-        callbacks: Sequence[Callback] = (),
+        callbacks: Sequence[Any] = (),
         eval_envs: gym.vector.VectorEnv | None = None,
     ) -> dict[str, float]:
         """Train until `total_env_steps`; returns the last update's metrics.
 
+        The run around the updates (`harness.Harness`: checkpoints, evaluation, signals,
+        logging) lives in the layer above this module, imported here only when called.
         `callbacks` hook into the run (`grpo_trainer.callbacks`). Evaluation during training
         plays on `eval_envs`, by default envs made from `config.run.env` like the training
-        env. SIGINT/SIGTERM finish the current update, write a checkpoint and return.
+        env. SIGINT/SIGTERM finish the current update, write a checkpoint and return (then
+        `stop_signal` names the signal; `stop_reason` says why a run ended early otherwise).
         With `config.run.wandb`, rank 0 also logs to Weights & Biases (`wandb_log.py`); a
         missing wandb package raises `ImportError` before anything runs, on every rank.
         """
-        callbacks = list(callbacks)
-        if self.config.run.wandb:
-            from grpo_trainer.wandb_log import WandbCallback, import_wandb
+        from grpo_trainer.harness import Harness
 
-            import_wandb()
-            if self.collective.is_main:
-                callbacks.append(WandbCallback())
-        self._harness = Harness(self, callbacks, eval_envs)
-        return self._harness.run()
-
-    @property
-    def stop_signal(self) -> str | None:
-        """The signal that ended the last `train()` early (after its final checkpoint), or None."""
-        harness = getattr(self, "_harness", None)
-        return harness.stop_signal if harness else None
-
-    @property
-    def stop_reason(self) -> str | None:
-        """Why the last `train()` ended early without a signal (a target, a callback), or None."""
-        harness = getattr(self, "_harness", None)
-        return harness.stop_reason if harness else None
+        outcome = Harness(self, callbacks, eval_envs).run()
+        self.stop_signal, self.stop_reason = outcome.stop_signal, outcome.stop_reason
+        return outcome.metrics
 
     # -- persistence ---------------------------------------------------------------------------
 
@@ -541,8 +539,6 @@ class GRPOTrainer:
             "env_steps": self.env_steps,
             "train_s": self.train_s,
             "horizon": self.horizon,
-            "best_score": self.best_score,
-            "best_by": self.best_by,
             "rollouts": rollout_state,
         }
 
@@ -574,9 +570,7 @@ class GRPOTrainer:
         self.update_index = int(payload["update_index"])
         self.env_steps = int(payload["env_steps"])
         self.train_s = float(payload.get("train_s", 0.0))
-        # checkpoints before evaluation during training called it best_return
-        self.best_score = float(payload.get("best_score", payload.get("best_return", -math.inf)))
-        self.best_by = str(payload.get("best_by", "return_mean"))
+        self.checkpoint_extras = {k: v for k, v in payload.items() if k not in STATE_KEYS}
         if isinstance(self.rollout, EpisodeRollout):
             self.horizon = min(int(payload["horizon"]), self.max_horizon)
         else:

@@ -1,7 +1,7 @@
 """Weights & Biases logging: `WandbCallback`, which `--wandb` (`RunConfig.wandb`) adds.
 
-`GRPOTrainer.train` adds one on rank 0 only, so a distributed run is one W&B run. It logs the
-config (`wandb.init(config=...)`), every metric row at `step=env_steps` (an evaluation's
+The run (`harness.Harness`) adds one on rank 0 only, so a distributed run is one W&B run. It
+logs the config (`wandb.init(config=...)`), every metric row at `step=env_steps` (an evaluation's
 `eval_*` figures ride the row of the update they followed), and at the end the learning curve
 (`learning_curve.png`, when matplotlib drew it) and a GIF of one greedy episode (when Pillow
 is installed and the env renders `rgb_array` frames; any failure there is a warning, never
@@ -23,12 +23,9 @@ import math
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from grpo_trainer.callbacks import Callback
-
-if TYPE_CHECKING:
-    from grpo_trainer.harness import Harness
+from grpo_trainer.callbacks import Callback, RunState
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +67,13 @@ class WandbCallback(Callback):
         self._step = 0
         self._tmp: str | None = None
 
-    def on_train_start(self, harness: Harness) -> None:
-        config = harness.trainer.config
+    def on_train_start(self, state: RunState) -> None:
+        config = state.config
         run = config.run
         name = self.settings["name"] or run.wandb_name
         if name is None and run.run_dir:
             name = Path(run.run_dir).resolve().name
-        run_id = self._run_id(harness)
+        run_id = self._run_id(state)
         self.run = self.wandb.init(
             id=run_id,
             resume="allow" if run_id else None,
@@ -84,26 +81,26 @@ class WandbCallback(Callback):
             entity=self.settings["entity"] or run.wandb_entity,
             name=name,
             mode=self.settings["mode"] or run.wandb_mode,
-            dir=str(harness.run_dir) if harness.run_dir else None,
+            dir=str(state.run_dir) if state.run_dir else None,
             config=config.to_dict(),
         )
-        if harness.run_dir:
-            (harness.run_dir / RUN_ID_FILE).write_text(self.run.id + "\n")
+        if state.run_dir:
+            (state.run_dir / RUN_ID_FILE).write_text(self.run.id + "\n")
 
-    def _run_id(self, harness: Harness) -> str | None:
+    def _run_id(self, state: RunState) -> str | None:
         """The W&B run to continue: the run directory's, when this run resumes one."""
-        path = harness.run_dir / RUN_ID_FILE if harness.run_dir else None
-        if path is None or not harness.trainer.config.run.resume or not path.exists():
+        path = state.run_dir / RUN_ID_FILE if state.run_dir else None
+        if path is None or not state.config.run.resume or not path.exists():
             return None
         return path.read_text().strip() or None
 
-    def on_update(self, harness: Harness, metrics: dict[str, float]) -> None:
+    def on_update(self, state: RunState, metrics: dict[str, float]) -> None:
         if self.run is None:
             return
-        self._step = int(metrics.get("env_steps", harness.trainer.env_steps))
+        self._step = int(metrics.get("env_steps", state.env_steps))
         self.run.log(dict(metrics), step=self._step)
 
-    def on_eval(self, harness: Harness, metrics: dict[str, float]) -> None:
+    def on_eval(self, state: RunState, metrics: dict[str, float]) -> None:
         """The figures are logged with the update's row; the summary keeps the best score."""
         if self.run is None:
             return
@@ -112,22 +109,22 @@ class WandbCallback(Callback):
         if math.isfinite(score) and (best is None or score > best):
             self.run.summary["best_eval_score"] = score
 
-    def on_train_end(self, harness: Harness, metrics: dict[str, float]) -> None:
+    def on_train_end(self, state: RunState, metrics: dict[str, float]) -> None:
         if self.run is None:
             return
         media: dict[str, Any] = {}
-        curve = harness.run_dir / "learning_curve.png" if harness.run_dir else None
+        curve = state.run_dir / "learning_curve.png" if state.run_dir else None
         if curve is not None and curve.exists():
             media["learning_curve"] = self.wandb.Image(str(curve))
         if self.gif:
-            gif = self._record_gif(harness)
+            gif = self._record_gif(state)
             if gif is not None:
                 media["agent"] = self.wandb.Video(str(gif), format="gif")
         if media:
             self.run.log(media, step=self._step)
         self._finish(0)
 
-    def on_train_error(self, harness: Harness, error: BaseException) -> None:
+    def on_train_error(self, state: RunState, error: BaseException) -> None:
         self._finish(1)
 
     def _finish(self, exit_code: int) -> None:
@@ -140,15 +137,15 @@ class WandbCallback(Callback):
                 shutil.rmtree(self._tmp, ignore_errors=True)
                 self._tmp = None
 
-    def _record_gif(self, harness: Harness) -> Path | None:
+    def _record_gif(self, state: RunState) -> Path | None:
         """One greedy episode as a GIF in the run directory (or the temporary folder), or
         None with a warning when the env cannot render or Pillow is missing."""
         from grpo_trainer.envs import make_envs
         from grpo_trainer.recording import play_episode, write_animation
 
-        trainer = harness.trainer
-        if harness.run_dir:
-            path = harness.run_dir / "agent.gif"
+        policy = state.policy
+        if state.run_dir:
+            path = state.run_dir / "agent.gif"
         else:  # removed once the run is finished (W&B keeps its own copy)
             self._tmp = self._tmp or tempfile.mkdtemp(prefix="grpo-wandb-")
             path = Path(self._tmp) / "agent.gif"
@@ -156,13 +153,14 @@ class WandbCallback(Callback):
         try:
             import PIL  # noqa: F401  (the video extra)
 
-            envs = make_envs(trainer.config, 1, trainer.device, render_mode="rgb_array")
-            was_training = trainer.policy.training
-            trainer.policy.eval()
+            device = next(policy.parameters()).device
+            envs = make_envs(state.config, 1, device, render_mode="rgb_array")
+            was_training = policy.training
+            policy.eval()
             try:
-                frames = play_episode(trainer.policy, envs, steps=GIF_STEPS, seed=0)
+                frames = play_episode(policy, envs, steps=GIF_STEPS, seed=0)
             finally:
-                trainer.policy.train(was_training)
+                policy.train(was_training)
             write_animation(frames, path, fps=GIF_FPS)
         except Exception as err:  # a GIF is a nicety: never fail a finished run over it
             log.warning("wandb: no agent GIF (%s: %s)", type(err).__name__, err)

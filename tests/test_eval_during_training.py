@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -14,7 +15,7 @@ import torch
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, checkpoint
-from grpo_trainer.callbacks import Callback
+from grpo_trainer.callbacks import Best, Callback, RunState
 from grpo_trainer.evaluation import evaluate, load_policy
 from grpo_trainer.periodic_eval import EVAL_SEED
 
@@ -58,20 +59,21 @@ class Recorder(Callback):
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
 
-    def on_train_start(self, harness: Any) -> None:
-        self.calls.append(("start", harness.trainer.update_index))
+    def on_train_start(self, state: RunState) -> None:
+        self.calls.append(("start", state.update))
 
-    def on_update(self, harness: Any, metrics: dict[str, float]) -> None:
+    def on_update(self, state: RunState, metrics: dict[str, float]) -> None:
         self.calls.append(("update", dict(metrics)))
 
-    def on_eval(self, harness: Any, metrics: dict[str, float]) -> None:
+    def on_eval(self, state: RunState, metrics: dict[str, float]) -> None:
         self.calls.append(("eval", dict(metrics)))
 
-    def on_checkpoint(self, harness: Any, path: Path) -> None:
+    def on_checkpoint(self, state: RunState, path: Path) -> None:
         self.calls.append(("checkpoint", path))
 
-    def on_train_end(self, harness: Any, metrics: dict[str, float]) -> None:
+    def on_train_end(self, state: RunState, metrics: dict[str, float]) -> None:
         self.calls.append(("end", dict(metrics)))
+        self.best = state.best
 
 
 def test_evaluations_land_every_eval_every_env_steps_and_pick_best_pt(tmp_path: Path) -> None:
@@ -181,8 +183,12 @@ def test_eval_envs_must_fit_the_policy() -> None:
     trainer = GRPOTrainer(
         gym.make_vec("CartPole-v1", num_envs=16, vectorization_mode="sync"), config
     )
-    trainer.train(eval_envs=gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="sync"))
-    assert trainer.best_by == "eval_score"
+    recorder = Recorder()
+    trainer.train(
+        callbacks=[recorder],
+        eval_envs=gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="sync"),
+    )
+    assert recorder.best.by == "eval_score"
 
 
 def test_callbacks_see_every_update_evaluation_and_checkpoint_in_order(tmp_path: Path) -> None:
@@ -219,9 +225,9 @@ def test_request_stop_ends_the_run_after_the_next_update_with_a_checkpoint(
     tmp_path: Path,
 ) -> None:
     class StopAtThree(Callback):
-        def on_update(self, harness: Any, metrics: dict[str, float]) -> None:
+        def on_update(self, state: RunState, metrics: dict[str, float]) -> None:
             if metrics["update"] == 3:
-                harness.request_stop("enough")
+                state.request_stop("enough")
 
     run_dir = tmp_path / "run"
     trainer = _trainer(_config(run_dir, eval_every=0))
@@ -229,6 +235,29 @@ def test_request_stop_ends_the_run_after_the_next_update_with_a_checkpoint(
     assert trainer.update_index == 4  # the request rides update 4's metrics reduction
     assert trainer.stop_reason == "enough"
     assert checkpoint.load(run_dir / "checkpoints" / "last.pt")["update_index"] == 4
+
+
+def test_callbacks_see_the_run_state_and_an_old_callback_is_told_what_changed(
+    tmp_path: Path,
+) -> None:
+    """Hooks get a RunState (counters, best, request_stop), not the loop: a callback written
+    for the loop (`harness.trainer...`) fails naming what replaced the attribute."""
+    seen: list[tuple[int, int, Best]] = []
+
+    class Watch(Callback):
+        def on_update(self, state: RunState, metrics: dict[str, float]) -> None:
+            seen.append((state.update, state.env_steps, dataclasses.replace(state.best)))
+
+    _trainer(_config(tmp_path / "run", eval_every=0)).train(callbacks=[Watch()])
+    assert [(u, s) for u, s, _ in seen] == [(u, u * STEPS_PER_UPDATE) for u in range(1, 8)]
+    assert all(b.by == "return_mean" for _, _, b in seen)
+
+    class Old(Callback):
+        def on_update(self, harness: Any, metrics: dict[str, float]) -> None:
+            harness.trainer.env_steps  # noqa: B018
+
+    with pytest.raises(AttributeError, match=r"RunState.*harness\.trainer.*state\.env_steps"):
+        _trainer(_config(eval_every=0)).train(callbacks=[Old()])
 
 
 def test_the_console_shows_the_live_eval_figures_and_ends_with_the_target_line(

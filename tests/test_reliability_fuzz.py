@@ -386,9 +386,9 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
 @pytest.fixture()
 def no_training(monkeypatch: pytest.MonkeyPatch) -> None:
     """Build everything a run needs, then return at once: flags are checked, not trained."""
-    from grpo_trainer.trainer import GRPOTrainer
+    from grpo_trainer.harness import Harness, RunOutcome
 
-    monkeypatch.setattr(GRPOTrainer, "train", lambda self: {"update": 0.0})
+    monkeypatch.setattr(Harness, "run", lambda self: RunOutcome({"update": 0.0}))
 
 
 @FUZZ

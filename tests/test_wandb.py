@@ -152,7 +152,7 @@ def test_a_run_that_raises_finishes_its_wandb_run_with_exit_code_1(offline: Path
     from grpo_trainer.callbacks import Callback
 
     class Boom(Callback):
-        def on_update(self, harness: Any, metrics: dict[str, float]) -> None:
+        def on_update(self, state: Any, metrics: dict[str, float]) -> None:
             raise RuntimeError("boom")
 
     config = _config(offline, eval_every=0)

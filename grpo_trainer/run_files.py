@@ -1,0 +1,173 @@
+"""What a run keeps on disk, as a service of the loop: config.json, metrics.jsonl, the
+checkpoints (periodic, final and best.pt) and the learning curve.
+
+Only rank 0 writes, but every rank builds the checkpoint's contents (`state_dict` gathers
+the ranks' rollouts: its collectives must not diverge). A checkpoint holds the trainer's
+state plus the run's own (the best score), so `--resume` continues both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from grpo_trainer import checkpoint
+from grpo_trainer.callbacks import Best, Callback, RunState
+from grpo_trainer.config import RunConfig, describe
+from grpo_trainer.metrics import MetricsWriter, keep_rows_up_to
+
+if TYPE_CHECKING:
+    from grpo_trainer.trainer import GRPOTrainer
+
+log = logging.getLogger(__name__)
+
+
+def resumed_best(trainer: GRPOTrainer) -> Best:
+    """The best score the resumed checkpoint recorded (older files called it best_return)."""
+    saved = trainer.checkpoint_extras
+    score = saved.get("best_score", saved.get("best_return", -math.inf))
+    return Best(float(score), str(saved.get("best_by", "return_mean")))
+
+
+class RunFiles(Callback):
+    """Writes the run directory (rank 0) and decides when a checkpoint is due (every rank).
+
+    Periodic checkpoints are written only after a clean update (no skipped step), so the
+    newest checkpoint is always a good one; best.pt follows the best training return until
+    the first evaluation, then the best evaluation score.
+    """
+
+    def __init__(
+        self, trainer: GRPOTrainer, announce: Callable[[str, Path], None], tensorboard: bool
+    ) -> None:
+        self.trainer, self.announce, self.tensorboard = trainer, announce, tensorboard
+        run = trainer.config.run
+        self.run_dir = Path(run.run_dir) if run.run_dir and trainer.collective.is_main else None
+        self.last_checkpoint: Path | None = None
+        self.writer: MetricsWriter | None = None
+        self._checkpoint_due = False  # a periodic checkpoint waits for a clean update
+
+    def on_train_start(self, state: RunState) -> None:
+        if self.run_dir:
+            self._prepare_run_dir()
+            keep_rows_up_to(self.run_dir / "metrics.jsonl", state.update)
+        self.writer = MetricsWriter(self.run_dir, self.tensorboard and self.run_dir is not None)
+
+    def write(self, metrics: dict[str, float]) -> None:
+        """The update's row, to metrics.jsonl (and TensorBoard) in the background."""
+        assert self.writer is not None
+        self.writer.write(metrics)
+
+    def on_update(self, state: RunState, metrics: dict[str, float]) -> None:
+        clean = not metrics["skipped_steps"]
+        best = state.best
+        if "eval_score" in metrics:
+            if best.by != "eval_score":  # the first evaluation: from now on it decides
+                best.score, best.by = -math.inf, "eval_score"
+            self._keep_best(state, metrics["eval_score"] if clean else None)
+        elif best.by == "return_mean":
+            self._keep_best(state, metrics.get("return_mean"))
+        every = self.trainer.config.run.checkpoint_every
+        if every and state.update % every == 0:
+            self._checkpoint_due = True
+        if self._checkpoint_due and clean:
+            self.save(state)
+
+    def _keep_best(self, state: RunState, score: float | None) -> None:
+        if score is None or not score > state.best.score:
+            return
+        state.best.score = score  # first: the checkpoint records it
+        if not self.trainer.config.run.run_dir:  # the same on every rank
+            return
+        payload = self._payload(state)  # every rank: its collectives must not diverge
+        if self.run_dir:
+            path = self.run_dir / "checkpoints" / "best.pt"
+            checkpoint.atomic_save(payload, path)
+            self.announce("on_checkpoint", path)
+
+    def save(self, state: RunState) -> None:
+        """A numbered checkpoint and last.pt, after the rows up to this update are on disk."""
+        self._checkpoint_due = False
+        payload = self._payload(state)
+        if self.run_dir:
+            if self.writer is not None:
+                self.writer.flush()
+            self.last_checkpoint = checkpoint.save_rotating(
+                payload,
+                self.run_dir / "checkpoints",
+                state.update,
+                self.trainer.config.run.keep_checkpoints,
+            )
+            self.announce("on_checkpoint", self.last_checkpoint)
+
+    def _payload(self, state: RunState) -> dict[str, Any]:
+        return {
+            **self.trainer.state_dict(),
+            "best_score": state.best.score,
+            "best_by": state.best.by,
+        }
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    def resume_hint(self) -> str:
+        """Where the run was saved, and the command that continues it."""
+        run_dir = self.trainer.config.run.run_dir
+        if not run_dir:
+            return "nothing was saved (no run_dir)"
+        return (
+            f"saved {self.last_checkpoint}; resume with: python -m grpo_trainer train "
+            f"--config {Path(run_dir) / 'config.json'} --resume {run_dir}"
+        )
+
+    def _prepare_run_dir(self) -> None:
+        """Create the run directory and write `config.json`: the config, with `_help`
+        describing every field (ignored when the file is read back with --config)."""
+        assert self.run_dir is not None
+        config = self.trainer.config
+        payload: dict[str, Any] = {
+            "_help": {
+                **{f: describe(type(config), f) for f in config.to_dict() if f != "run"},
+                **{f"run.{f}": describe(RunConfig, f) for f in config.run.__dataclass_fields__},
+            },
+            **config.to_dict(),
+        }
+        try:
+            checkpoint.prepare_folder(self.run_dir / "checkpoints")
+            checkpoint.atomic_write_text(
+                json.dumps(payload, indent=2), self.run_dir / "config.json"
+            )
+        except OSError as err:
+            raise OSError(f"run directory {self.run_dir} is not writable: {err}") from err
+
+
+def learning_curve(run_dir: Path) -> None:
+    """`learning_curve.png` from metrics.jsonl, when matplotlib is installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    rows = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):  # a line torn by a kill -9
+            rows.append(json.loads(line))
+    rows = [r for r in rows if "return_mean" in r]
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([r["env_steps"] for r in rows], [r["return_mean"] for r in rows])
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("mean episode return")
+    fig.tight_layout()
+    fig.savefig(run_dir / "learning_curve.png", dpi=100)
+    plt.close(fig)
