@@ -201,6 +201,11 @@ class GRPOConfig:
         "windowed, envs with state snapshots: a group re-branches from one member's state "
         "after this many steps (0: never)",
     )
+    branch_ended: bool = _field(
+        True,
+        "windowed, envs with state snapshots: a member whose episode ended takes the state of "
+        "a member of its group still playing, instead of waiting for the group to end",
+    )
     max_episode_steps: int | None = _field(
         None,
         "episode limit the trainer applies; None: the env's own (episodes mode needs one)",
@@ -292,6 +297,8 @@ class GRPOConfig:
         _check_float(self, "lr", 0.0, math.inf, low_open=True)
         _check_float(self, "warmup_fraction", 0.0, 1.0, high_open=True)
         _check_float(self, "weight_decay", 0.0, math.inf)
+        if not isinstance(self.branch_ended, bool):
+            raise ValueError(f"branch_ended must be true or false, got {self.branch_ended!r}")
         for name in ("hidden_sizes", "cnn_channels"):
             value = getattr(self, name)
             if not isinstance(value, tuple) or not all(

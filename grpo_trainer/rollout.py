@@ -191,6 +191,7 @@ class WindowedRollout:
             "alive": runner.alive,
             "returns": runner.returns,
             "lengths": runner.lengths,
+            "own": runner.own,
             "carry": {k: t[buffer.ready :] for k, t in buffer.tensors.items()},
             "restarts": self.restarts.state_dict(),
         }
@@ -215,6 +216,8 @@ class WindowedRollout:
         runner.alive = state["alive"].to(device)
         runner.returns = state["returns"].to(device)
         runner.lengths = state["lengths"].to(device)
+        if "own" in state:  # checkpoints before branch_ended counted every episode
+            runner.own = state["own"].to(device)
         for name, t in self.buffer.tensors.items():
             t[self.buffer.ready :] = state["carry"][name].to(device)
         self.restarts.load_state_dict(state["restarts"])
@@ -242,6 +245,13 @@ class GroupRestarts(Restarts):
     """Groups start together: every `every` steps, each group whose members have all ended
     starts a new game, the same for all its members (a fresh seed shared by the group).
 
+    With `branch_ended` (envs with state snapshots), a member whose episode ended while
+    others of its group play on does not wait for them: at the next check it takes the state
+    of one of them (chosen at random), and the two compare their continuations from that
+    shared state. No env step is spent on a member that waits, and every such branch adds a
+    comparison between identical situations; the member's own path had ended, so no return
+    is cut short.
+
     With `branch_every`, a group that has played that many steps since it (re)started
     branches: all its members take the state one of them (chosen at random among those
     still playing) has reached, and compare their continuations from there. The rows before
@@ -257,9 +267,11 @@ class GroupRestarts(Restarts):
         *,
         every: int,
         branch_every: int,
+        branch_ended: bool,
     ) -> None:
         self.env, self.group_size, self.seeds = env, group_size, seeds
         self.generator, self.every, self.branch_every = generator, every, branch_every
+        self.branch_ended = branch_ended
         device, n = env.device, env.num_envs
         self.leader = torch.arange(n, device=device) // group_size * group_size
         self.since = torch.zeros(n, device=device)  # steps since the group (re)started
@@ -288,10 +300,13 @@ class GroupRestarts(Restarts):
         alive = runner.alive.view(-1, k)
         fresh = (~alive.any(1)).repeat_interleave(k)  # groups whose members all ended
         source = torch.where(fresh, self.leader, self.env.indices)
-        if self.branch_every:
-            due = (self.since >= self.branch_every) & ~fresh
+        if self.branch_ended or self.branch_every:  # a random member still playing, per group
             scores = torch.rand(alive.shape, generator=self.generator, device=alive.device)
             donor = (scores * alive).argmax(1).repeat_interleave(k) + self.leader
+        if self.branch_ended:
+            source = torch.where(~runner.alive & ~fresh, donor, source)
+        if self.branch_every:
+            due = (self.since >= self.branch_every) & ~fresh
             source = torch.where(due, donor, source)
             buffer.cut[row] |= due  # the group's paths end here; their returns stop
             self.since.masked_fill_(due | fresh, 0.0)
@@ -432,5 +447,6 @@ def make_rollout(
             generator,
             every=config.restart_every,
             branch_every=config.branch_every,
+            branch_ended=config.branch_ended and env.restarts == "snapshot",
         )
     return WindowedRollout(env, buffer, head, restarts, config.max_episode_steps)

@@ -180,8 +180,10 @@ def test_look_ahead_rows_carry_over_to_the_next_rollout() -> None:
 
 
 def test_valid_steps_end_with_a_cut_and_resume_only_at_restart_points() -> None:
-    every = 4
-    trainer = _trainer(_fruit(8, **SHORT), rollout_steps=40, window=1, restart_every=every)
+    every = 4  # without branch_ended, a member that ended waits for its whole group
+    trainer = _trainer(
+        _fruit(8, **SHORT), rollout_steps=40, window=1, restart_every=every, branch_ended=False
+    )
     for _ in range(3):
         _collect(trainer)
         valid, cut = trainer.buffer.valid, trainer.buffer.cut
@@ -199,8 +201,10 @@ def test_valid_steps_end_with_a_cut_and_resume_only_at_restart_points() -> None:
         assert grouped.shape[-1] == 2
 
 
-@pytest.mark.parametrize("branch_every", [0, 5])
-def test_group_members_are_identical_after_every_restart_and_branch(branch_every: int) -> None:
+@pytest.mark.parametrize(("branch_every", "branch_ended"), [(0, False), (5, False), (0, True)])
+def test_group_members_are_identical_after_every_restart_and_branch(
+    branch_every: int, branch_ended: bool
+) -> None:
     size, every = 4, 3
     env = Watched(_fruit(12, **SHORT))
     trainer = _trainer(
@@ -210,6 +214,7 @@ def test_group_members_are_identical_after_every_restart_and_branch(branch_every
         window=2,
         restart_every=every,
         branch_every=branch_every,
+        branch_ended=branch_ended,
     )
     moves = 0
     for _ in range(3):
@@ -221,14 +226,60 @@ def test_group_members_are_identical_after_every_restart_and_branch(branch_every
             for b in moved.nonzero().flatten().tolist():
                 for field in state:
                     assert torch.equal(field[b], field[int(source[b])]), field
-                # A group moves together: every member of b's group follows one source.
+                # Every member of b's group that moves follows one source.
                 group = slice(b // size * size, b // size * size + size)
-                assert (source[group] == source[b]).all()
+                assert (source[group][moved[group]] == source[b]).all()
             row = trainer.buffer.carry + steps - before  # the row stored after the restore
             if row < trainer.buffer.rows:
                 expected = core.observe_features(env.unwrapped.params, state).half()
                 assert torch.equal(trainer.buffer.obs[row], expected)
     assert moves >= 3, "the scenario restarts (and branches) groups several times"
+
+
+def test_a_member_that_ended_plays_on_from_a_member_still_playing() -> None:
+    """branch_ended: at every check a member whose episode ended, in a group where another
+    still plays, takes that one's state (the same state, so the same next observation) and
+    is valid from the next row on; a member waits only when its whole group has ended."""
+    size, every = 4, 2
+    env = Watched(_fruit(16, **SHORT))
+    trainer = _trainer(env, group_size=size, rollout_steps=40, window=1, restart_every=every)
+    assert trainer.config.branch_ended  # the default
+    _collect(trainer)
+    valid = trainer.buffer.valid.unflatten(1, (-1, size))  # (rows, groups, members)
+    checks = range(every - 1, trainer.buffer.rows - 1, every)  # rows after which it checks
+    took_over = 0
+    for row in checks:
+        playing_group = valid[row].any(-1, keepdim=True).expand_as(valid[row])
+        waiting = playing_group & ~valid[row] & trainer.buffer.cut[: row + 1].any(0).view_as(
+            valid[row]
+        )
+        took_over += int(waiting.sum())
+        # Every member of a group that still played is valid at the next row.
+        assert valid[row + 1][playing_group].all()
+    assert took_over > 0, "SHORT games end at varied steps: some members end before others"
+    for steps, source, state in env.restores:
+        moved = source != torch.arange(16)
+        for b in moved.nonzero().flatten().tolist():
+            for field in state:
+                assert torch.equal(field[b], field[int(source[b])]), field
+
+
+def test_episodes_are_counted_once_from_their_start() -> None:
+    """A member that took over another's state plays on from the middle of that episode: its
+    end is not a new episode, so every counted episode was played from its start."""
+    from grpo_trainer.episodes import EpisodeRunner
+
+    io = EnvIO(_fruit(2, max_episode_steps=5), CPU)
+    runner = EpisodeRunner(io)
+    io.reset_groups([0, 1], 1)
+    runner.revive()
+    stay = torch.ones(2, dtype=torch.long)
+    runner.step(stay)
+    runner.follow(torch.tensor([0, 0]), torch.zeros(2, dtype=torch.bool))
+    for _ in range(4):
+        runner.step(stay)
+    sums = runner.stats.sums()
+    assert int(sums["episodes"]) == 1 and float(sums["length_sum"]) == 5.0
 
 
 def test_a_branch_cuts_the_rows_before_it() -> None:
@@ -262,7 +313,9 @@ def test_group_restarts_give_identical_starts_on_a_sync_vector_env() -> None:
     """Gymnasium's SyncVectorEnv: members of a restarted group start alike (copies of the
     group's first member, through CopiedStateVectorEnv)."""
     envs = gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="sync")
-    trainer = _trainer(envs, group_size=4, rollout_steps=64, window=1, restart_every=1)
+    trainer = _trainer(
+        envs, group_size=4, rollout_steps=64, window=1, restart_every=1, branch_ended=False
+    )
     with torch.inference_mode():
         _collect(trainer)
     valid, obs = trainer.buffer.valid, trainer.buffer.obs
