@@ -7,15 +7,16 @@ turns actions back. It also starts groups: every member of a group starts alike.
 How a group can start again while its neighbours play on depends on what the env offers,
 found once at construction (`restarts`). First the env's family adapter is put around it
 where it has none of its own (`envs.state.with_state_protocol`: Gymnasium's numpy
-`CartPoleVectorEnv`, and `SyncVectorEnv`s whose sub-envs can be copied), then:
+`CartPoleVectorEnv`, and `SyncVectorEnv`s and `AsyncVectorEnv`s whose sub-envs can be
+copied), then:
 
 * `"snapshot"`: the env offers the sub-env state protocol (`snapshot_state(index)` and
   `restore_state(index, snapshot)`, docs/env.md) and masked resets. A restarting group's
   first member resets; the others copy its state. Groups can also *branch*: every member
   takes the state one of them reached. On a device env, without a host sync.
-* `"seeded"`: `SyncVectorEnv`s of envs that cannot be copied (Box2D) and `AsyncVectorEnv`
-  (masked resets with a seed per sub-env): a restarting group's members reset with one
-  new seed.
+* `"seeded"`: `SyncVectorEnv`s and `AsyncVectorEnv`s of envs that cannot be copied (Box2D;
+  masked resets with a seed per sub-env): a restarting group's members reset with one new
+  seed.
 * `"independent"`: neither. Sub-envs restart through the env's own autoreset, each on its
   own, so members of a group are no longer in step; a warning says so once.
 """

@@ -1,6 +1,7 @@
 """Groups that start alike on every env family: gymnax (`GymnaxVectorEnv`), Gymnasium's numpy
 `CartPoleVectorEnv` (`ArrayStateVectorEnv`), any `SyncVectorEnv` of copyable envs
-(`CopiedStateVectorEnv`: classic control, MinAtar) and Fruit Catcher's own protocol.
+(`CopiedStateVectorEnv`: classic control, MinAtar), any `AsyncVectorEnv` of them
+(`PickledStateVectorEnv`) and Fruit Catcher's own protocol.
 
 For each family: a snapshot round trip continues bit-identically whatever the neighbours do;
 the members of a group are identical after group restarts and after branches; the trainer
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -21,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+from uncopyable import LockedEnv
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from fruit_env.syncs import SyncCounter
@@ -28,6 +30,7 @@ from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
 from grpo_trainer.env_io import EnvIO
 from grpo_trainer.envs import make_envs
 from grpo_trainer.envs.array_state import ARRAY_LAYOUTS, ArrayStateVectorEnv
+from grpo_trainer.envs.async_state import PickledStateVectorEnv
 from grpo_trainer.envs.copied_state import CopiedStateVectorEnv
 
 CPU = torch.device("cpu")
@@ -50,6 +53,13 @@ def _minatar(n: int) -> Any:
         return make_envs(config, n, CPU)
 
 
+SPAWN = {"context": "spawn"}  # workers in fresh processes: forking a process with JAX can hang
+
+
+def _async(name: str) -> Callable[[int], Any]:
+    return lambda n: gym.make_vec(name, n, vectorization_mode="async", vector_kwargs=SPAWN)
+
+
 FAMILIES: dict[str, Callable[[int], Any]] = {
     "fruit": lambda n: gym.make_vec("FruitCatcher-v0", num_envs=n),
     "gymnax-cartpole": _gymnax("CartPole-v1"),
@@ -57,13 +67,24 @@ FAMILIES: dict[str, Callable[[int], Any]] = {
     "numpy-cartpole": lambda n: gym.make_vec("CartPole-v1", num_envs=n),
     "sync-acrobot": lambda n: gym.make_vec("Acrobot-v1", num_envs=n, vectorization_mode="sync"),
     "minatar-breakout": _minatar,
+    "async-cartpole": _async("CartPole-v1"),  # episodes end within the tests: autoresets
 }
+OPENED: list[Any] = []  # envs the current test made: AsyncVectorEnv's workers need closing
+
+
+@pytest.fixture(autouse=True)
+def _close_envs() -> Iterator[None]:
+    yield
+    while OPENED:
+        OPENED.pop().close()
 
 
 def _io(family: str, n: int) -> EnvIO:
+    envs = FAMILIES[family](n)
+    OPENED.append(envs)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an adapter that cannot copy would warn
-        return EnvIO(FAMILIES[family](n), CPU)
+        return EnvIO(envs, CPU)
 
 
 def _np(x: Any) -> np.ndarray:
@@ -257,6 +278,46 @@ def test_an_env_that_cannot_be_copied_keeps_seeded_restarts_and_says_so() -> Non
     assert io.restarts == "seeded"
 
 
+def test_an_async_env_that_cannot_be_copied_keeps_seeded_restarts_and_says_so() -> None:
+    """Its workers build it from its class, but its state does not pickle: the check fails in
+    a throwaway worker, and the env's own workers play on with seeded restarts."""
+    envs = gym.vector.AsyncVectorEnv([LockedEnv] * 2, context="spawn")
+    OPENED.append(envs)
+    with pytest.warns(RuntimeWarning, match=r"LockedEnv.*copied \(TypeError: cannot pickle"):
+        io = EnvIO(envs, CPU)
+    assert io.restarts == "seeded"
+    obs = io.reset_groups([3], 2)
+    obs = io.step(torch.tensor([1, 0])).obs
+    assert not torch.equal(obs[0], obs[1])
+    obs = io.restart(obs, torch.tensor([True, True]), torch.arange(2), lambda: [5, 5])
+    assert torch.equal(obs[0], obs[1])
+
+
+def test_async_restores_follow_the_workers_pending_autoresets() -> None:
+    """A worker keeps its NEXT_STEP flag itself. A restore into a sub-env whose episode just
+    ended cancels its pending reset; a snapshot of one that just ended cannot go into one that
+    did not (the worker cannot be told) and says so; own snapshots put back move nothing."""
+    async_envs = gym.make_vec("CartPole-v1", 2, vectorization_mode="async", vector_kwargs=SPAWN)
+    OPENED.append(async_envs)
+    envs = PickledStateVectorEnv(async_envs)
+    envs.reset(seed=0)
+    envs.restore_state(np.arange(2), envs.snapshot_state(np.arange(2)))
+    assert envs._states is None  # nothing pulled or pushed
+    for t in range(100):  # sub-env 0 always pushes right; sub-env 1 balances for longer
+        _, _, terminated, truncated, _ = envs.step(np.array([1, t % 2]))
+        if terminated[0]:
+            break
+    assert terminated.tolist() == [True, False] and not truncated.any()
+    ended, playing = envs.snapshot_state(np.array([0])), envs.snapshot_state(np.array([1]))
+    with pytest.raises(ValueError, match="cannot be told"):
+        envs.restore_state(np.array([1]), ended)
+    envs.restore_state(np.array([0]), playing)
+    assert np.array_equal(async_envs.observations[0], async_envs.observations[1])
+    for _ in range(3):
+        obs, reward, *_ = envs.step(np.array([0, 0]))
+        assert np.array_equal(obs[0], obs[1]) and reward.tolist() == [1.0, 1.0]  # no reset
+
+
 def test_numpy_cartpole_group_starts_match_its_own_reset() -> None:
     """A sub-env reset with seed s starts as CartPoleVectorEnv's own reset(seed=s) starts
     its sub-env 0: the adapter adds per-env seeds without changing the start distribution."""
@@ -269,7 +330,8 @@ def test_numpy_cartpole_group_starts_match_its_own_reset() -> None:
 
 
 @pytest.mark.parametrize(
-    "env", ["gymnax:CartPole-v1", "CartPole-v1", "minatar:Breakout-v1", "Acrobot-v1"]
+    "env",
+    ["gymnax:CartPole-v1", "CartPole-v1", "minatar:Breakout-v1", "Acrobot-v1", "async:CartPole-v1"],
 )
 def test_the_trainer_starts_groups_alike_and_branches(env: str) -> None:
     """No "do not start alike" warning, and branch_every runs, on every family."""
@@ -277,6 +339,9 @@ def test_the_trainer_starts_groups_alike_and_branches(env: str) -> None:
         pytest.importorskip("gymnax")
     if env.startswith("minatar"):
         pytest.importorskip("minatar")
+    kwargs: dict[str, Any] = {}
+    if env.startswith("async:"):  # CartPoleEnv in AsyncVectorEnv's workers
+        env, kwargs = env[6:], {"vectorization_mode": "async", "vector_kwargs": SPAWN}
     config = GRPOConfig(
         num_groups=4,
         group_size=4,
@@ -286,11 +351,12 @@ def test_the_trainer_starts_groups_alike_and_branches(env: str) -> None:
         restart_every=4,
         branch_every=8,
         minibatch_size=256,
-        run=RunConfig(env=env, device="cpu", progress=False, compile=False),
+        run=RunConfig(env=env, env_kwargs=kwargs, device="cpu", progress=False, compile=False),
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trainer = GRPOTrainer(make_envs(config, config.num_envs, CPU), config)
+        OPENED.append(make_envs(config, config.num_envs, CPU))
+        trainer = GRPOTrainer(OPENED[-1], config)
         for _ in range(2):
             metrics = trainer.update()
     said = [str(w.message) for w in caught]

@@ -14,6 +14,7 @@ import gymnasium as gym
 import pytest
 import torch
 from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+from uncopyable import LockedEnv
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from fruit_env import core
@@ -109,17 +110,19 @@ def test_reset_groups_passes_each_member_its_group_seed() -> None:
 
 
 def test_restart_strategies_follow_what_the_env_offers() -> None:
-    """State protocol (own, or an adapter's) -> snapshot; an AsyncVectorEnv -> seeded;
-    otherwise independent."""
+    """State protocol (own, or an adapter's) -> snapshot; Gymnasium's vector envs of envs
+    that cannot be copied -> seeded; otherwise independent."""
     assert EnvIO(_fruit(2), CPU).restarts == "snapshot"
     assert EnvIO(_cartpole(2), CPU).restarts == "snapshot"  # ArrayStateVectorEnv
     sync = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
     assert EnvIO(sync, CPU).restarts == "snapshot"  # CopiedStateVectorEnv
     async_envs = _async_cartpole(2)
     try:
-        assert EnvIO(async_envs, CPU).restarts == "seeded"
+        assert EnvIO(async_envs, CPU).restarts == "snapshot"  # PickledStateVectorEnv
     finally:
         async_envs.close()
+    with pytest.warns(RuntimeWarning, match="cannot be copied"):
+        assert EnvIO(_uncopyable(2), CPU).restarts == "seeded"
     assert EnvIO(_unadapted(2), CPU).restarts == "independent"
     # A wrapper hides the protocol of the env it wraps unless it passes it on itself.
     assert EnvIO(gym.vector.VectorWrapper(_fruit(2)), CPU).restarts == "independent"
@@ -300,13 +303,15 @@ def _async_cartpole(num_envs: int) -> gym.vector.VectorEnv:
     )
 
 
+def _uncopyable(num_envs: int) -> gym.vector.VectorEnv:
+    """Seeded restarts without snapshots: its sub-envs cannot be copied."""
+    return gym.vector.SyncVectorEnv([LockedEnv] * num_envs)
+
+
 def test_branching_needs_state_snapshots() -> None:
-    envs = _async_cartpole(2)  # seeded restarts, no snapshots
-    try:
-        with pytest.raises(ValueError, match="branch_every"):
-            _trainer(envs, branch_every=4)
-    finally:
-        envs.close()
+    with pytest.raises(ValueError, match="branch_every"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "cannot be copied"
+        _trainer(_uncopyable(2), branch_every=4)
 
 
 def test_group_restarts_give_identical_starts_on_a_sync_vector_env() -> None:

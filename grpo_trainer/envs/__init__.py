@@ -15,7 +15,8 @@ lacks and what the trainer does instead. Other ids, `module:EnvId` included, go 
 The modules beside this one give each env family the sub-env state protocol (docs/env.md)
 that GRPO's groups need: `gymnax_vector` (gymnax), `array_state` (Gymnasium's numpy
 `CartPoleVectorEnv`), `copied_state` (any `SyncVectorEnv` whose sub-envs can be copied,
-MinAtar's included) and `state`, which picks one for an env (docs/integrations.md).
+MinAtar's included), `async_state` (any `AsyncVectorEnv` whose sub-envs can be pickled from
+and back into their workers) and `state`, which picks one for an env (docs/integrations.md).
 """
 
 from __future__ import annotations

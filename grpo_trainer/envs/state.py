@@ -9,8 +9,11 @@ picks the adapter of their family:
   -> `ArrayStateVectorEnv`;
 * a `SyncVectorEnv` whose sub-envs survive a copy round trip (classic control, MinAtar, most
   pure-Python envs) -> `CopiedStateVectorEnv`;
-* anything else is returned unchanged: `AsyncVectorEnv` and uncopyable `SyncVectorEnv`s (Box2D)
-  restart groups with a shared seed; envs with neither restart sub-envs on their own.
+* an `AsyncVectorEnv` whose sub-envs survive a pickle round trip through their workers (the
+  same envs) -> `PickledStateVectorEnv`;
+* anything else is returned unchanged: `SyncVectorEnv`s and `AsyncVectorEnv`s of envs that
+  cannot be copied (Box2D) restart groups with a shared seed (a warning names the env); envs
+  with neither restart sub-envs on their own.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import gymnasium as gym
 
 from grpo_trainer.envs.array_state import ArrayStateVectorEnv, array_layout
+from grpo_trainer.envs.async_state import picklable_or_none
 from grpo_trainer.envs.copied_state import copyable_or_none
 
 __all__ = ["has_state_protocol", "with_state_protocol"]
@@ -41,4 +45,6 @@ def with_state_protocol(envs: Any) -> Any:
         return ArrayStateVectorEnv(envs, layout)
     if isinstance(envs.unwrapped, gym.vector.SyncVectorEnv):
         return copyable_or_none(envs) or envs
+    if isinstance(envs.unwrapped, gym.vector.AsyncVectorEnv):
+        return picklable_or_none(envs) or envs
     return envs
