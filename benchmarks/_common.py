@@ -108,15 +108,15 @@ def command_line() -> str:
     return shlex.join([Path(sys.executable).name, *sys.argv])
 
 
-def write_result(name: str, payload: dict[str, Any]) -> Path:
-    """Write `payload` to `benchmarks/results/<name>.json` (adding `command` and `timestamp`
-    unless present) and return the path."""
+def write_result(name: str, payload: dict[str, Any], folder: Path | None = None) -> Path:
+    """Write `payload` to `benchmarks/results/<name>.json` (or `folder/<name>.json`), adding
+    `command` and `timestamp` unless present, and return the path."""
     payload = {
         "command": command_line(),
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **payload,
     }
-    path = RESULTS / f"{name}.json"
+    path = (folder or RESULTS) / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=1) + "\n")
     return path
