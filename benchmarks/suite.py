@@ -369,6 +369,15 @@ def _sb3_greedy(model: Any, envs: Any, normalize: bool, seed: int) -> float:
 RUNNERS = {"grpo": run_grpo, "ppo_jax": run_ppo_jax, "sb3": run_sb3}
 
 
+def skip_reason(task: Task, trainer: str) -> str | None:
+    """Why `trainer` does not run `task` (None: it does)."""
+    if trainer == "ppo_jax" and task.gymnax is None:
+        return f"gymnax has no {task.env}"
+    if trainer == "sb3" and task.sb3 is None:
+        return "no RL-Zoo settings"
+    return None
+
+
 def worker(job: dict[str, Any]) -> int:
     """One run in this fresh process: pin, train, write the record to `job["out"]`."""
     pin_worker(job["cpu"])
@@ -505,7 +514,8 @@ class Study:
         self.machine["threads_per_run"] = 1
         self.software = versions()
         self.runs: dict[str, dict[str, list[dict[str, Any]]]] = {
-            name: {t: [] for t in args.peers} for name in args.tasks
+            name: {t: [] for t in args.peers if not skip_reason(TASKS[name], t)}
+            for name in args.tasks
         }
         self.failed = 0
 
@@ -523,7 +533,8 @@ class Study:
             for r in trainer_runs:
                 r["reached"] = None if "error" in r else reached_at(r["curve"], threshold)
         summary = {t: summarise(rs, threshold) for t, rs in runs.items()}
-        expected = len(self.args.seeds) * len(self.args.peers)
+        expected = len(self.args.seeds) * len(runs)
+        skipped = {t: skip_reason(task, t) for t in self.args.peers if t not in runs}
         return {
             "task": name,
             "env": task.env,
@@ -537,6 +548,7 @@ class Study:
             "eval_episodes": EVAL_EPISODES,
             "seeds": self.args.seeds,
             "peers": self.args.peers,
+            "skipped": skipped,
             "jobs": self.args.jobs,
             "cpus": self.args.cpu,
             "complete": sum(len(rs) for rs in runs.values()) == expected,
@@ -589,7 +601,7 @@ def run_study(study: Study, budgets: dict[str, int]) -> None:
                     if not units:
                         return
                     name, seed = units.popleft()
-                for trainer in args.peers:
+                for trainer in study.runs[name]:
                     job = {"task": name, "trainer": trainer, "seed": seed, "cpu": cpu}
                     record = run_job({**job, "budget": budgets[name]}, Path(tmp))
                     path = study.add(name, record)
@@ -630,7 +642,9 @@ def _seconds(s: float | None) -> str:
 def _value(v: float | None, metric: str) -> str:
     if v is None:
         return "-"
-    return f"{v:.3f}" if metric == "catch_rate" else f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}"
+    if metric == "catch_rate":
+        return f"{v:.3f}"
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
 
 
 def _threshold(result: dict[str, Any]) -> str:
@@ -646,7 +660,7 @@ def _threshold(result: dict[str, Any]) -> str:
 def _trainer_cells(result: dict[str, Any], trainer: str) -> list[str]:
     summary = result["summary"].get(trainer)
     if summary is None:
-        return ["", "", ""]
+        return ["n/a" if trainer in result.get("skipped", {}) else "", "", ""]
     failed = f" ({summary['failed']} failed)" if summary["failed"] else ""
     steps, seconds = (
         summary["median_env_steps_to_threshold"],
@@ -679,7 +693,7 @@ def render_table(folder: Path) -> str:
     results = load_results(folder)
     if not results:
         return f"no suite_*.json in {folder}"
-    trainers = [t for t in TRAINERS if any(t in r["summary"] for r in results)]
+    trainers = [t for t in TRAINERS if any(t in r.get("peers", r["summary"]) for r in results)]
     head = ["task", "budget", "threshold"]
     for t in trainers:
         label = TRAINERS[t]

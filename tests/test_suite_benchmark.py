@@ -78,6 +78,27 @@ def test_the_xla_flags_are_ppo_jax_s() -> None:
     assert flags and f'XLA_ONE_THREAD = "{flags.group(1)}"' in suite_text
 
 
+def test_peers_without_the_env_are_skipped_and_failures_counted(suite: Any, tmp_path: Path) -> None:
+    args = suite.parse_args(["fruit", "--peers", "grpo,ppo_jax,sb3", "--results", str(tmp_path)])
+    study = suite.Study(args, tmp_path, {"fruit": 1000})
+    assert list(study.runs["fruit"]) == ["grpo"]
+    study.add("fruit", {"trainer": "grpo", "seed": 1, "cpu": 0, "wall_s": 1.0, "error": "boom"})
+    study.add("fruit", run(0, "grpo", [(500, 1.0, 0.2), (1000, 2.0, 0.71)]))
+    result = json.loads((tmp_path / "suite_fruit.json").read_text())
+    assert set(result["skipped"]) == {"ppo_jax", "sb3"} and not result["complete"]
+    assert [r["seed"] for r in result["runs"]["grpo"]] == [0, 1]
+    assert result["runs"]["grpo"][0]["reached"] == {"env_steps": 1000, "train_s": 2.0}
+    summary = result["summary"]["grpo"]
+    assert (summary["runs"], summary["failed"], summary["reached"]) == (2, 1, 1)
+    assert summary["median_env_steps_to_threshold"] is None  # 1 of 2: no majority
+    assert study.failed == 1
+    row = suite.render_table(tmp_path).splitlines()[2]
+    assert row.startswith(
+        "| fruit (incomplete) (FruitCatcher-v0) | 1k | catch rate 0.7 | 1/2 (1 failed)"
+    )
+    assert row.endswith("| n/a |  |  | n/a |  |  |")
+
+
 def test_table_from_fabricated_results(suite: Any, tmp_path: Path) -> None:
     cartpole = {
         "grpo": [
