@@ -46,7 +46,7 @@ def test_gymnax_cartpole_reaches_the_trainer_as_torch() -> None:
 
     trainer, said = _trainer("gymnax:CartPole-v1")
     assert isinstance(trainer.env.envs, GymnaxVectorEnv)
-    assert trainer.env.autoreset_mode.name == "SAME_STEP"  # gymnax resets within the step
+    assert trainer.env.autoreset_mode.name == "DISABLED"  # the trainer starts groups itself
     assert trainer.env.restarts == "snapshot"  # per-env keys, masked resets, snapshots
     assert trainer.env.max_episode_steps() == 500  # gymnax's own limit, now visible
     assert not trainer.env.envs.check_actions  # the trainer's fast option

@@ -174,9 +174,9 @@ def test_gymnax_step_reset_and_snapshots_do_not_sync_with_the_host() -> None:
 
 
 def test_gymnax_env_speaks_torch_and_declares_itself() -> None:
-    io = _io("gymnax-cartpole", 4)  # the trainer's env: its fast options leave final_obs out
+    io = _io("gymnax-cartpole", 4)  # the trainer's env: no final_obs, no autoreset
     envs = io.envs
-    assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
+    assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.DISABLED
     assert io.max_episode_steps() == 500  # gymnax's own limit, visible to the trainer
     obs, _ = envs.reset(seed=0)
     assert isinstance(obs, torch.Tensor) and obs.dtype == torch.float32 and obs.shape == (4, 4)
@@ -207,6 +207,34 @@ def test_a_users_gymnax_env_keeps_gymnasiums_same_step_final_observation() -> No
     final, fresh = info["final_obs"][ended], obs[ended]
     assert (final[:, 2].abs() > 0.2).all()  # the pole angle that ended it (limit 12 degrees)
     assert (fresh.abs() <= 0.05).all()  # gymnax resets to uniform(-0.05, 0.05)
+
+
+def test_the_trainers_gymnax_env_leaves_ended_sub_envs_to_the_trainer() -> None:
+    """autoreset=False (the trainer's fast option): gymnax's transition alone, declared as
+    Gymnasium's DISABLED mode; an ended sub-env draws no new game until a masked reset, and
+    its neighbours' steps are those of gymnax's own step."""
+    pytest.importorskip("gymnax")
+    import gymnax
+
+    from grpo_trainer.envs.gymnax_vector import GymnaxVectorEnv
+
+    env, params = gymnax.make("CartPole-v1")
+    plain = GymnaxVectorEnv(env, params, 4, autoreset=False)
+    same_step = GymnaxVectorEnv(env, params, 4)
+    assert plain.metadata["autoreset_mode"] == gym.vector.AutoresetMode.DISABLED
+    for e in (plain, same_step):
+        e.reset(seed=[7, 7, 8, 8])
+    right = torch.tensor([1, 1, 0, 1])
+    ended = torch.zeros(4, dtype=torch.bool)
+    while not ended.any():
+        obs, reward, terminated, truncated, _ = plain.step(right)
+        ref_obs, ref_reward, ref_terminated, _, _ = same_step.step(right)
+        ended = terminated | truncated
+        assert torch.equal(terminated, ref_terminated) and torch.equal(reward, ref_reward)
+        assert torch.equal(obs[~ended], ref_obs[~ended])
+    assert (obs[ended][:, 2].abs() > 0.2).all()  # the fallen pole stays: no new game
+    obs, _ = plain.reset(options={"reset_mask": ended})
+    assert (obs[ended].abs() <= 0.05).all()
 
 
 def test_gymnax_env_refuses_bad_input_with_a_clear_error() -> None:

@@ -253,14 +253,14 @@ def test_a_member_that_ended_plays_on_from_a_member_still_playing() -> None:
     took_over = 0
     for row in checks:
         playing_group = valid[row].any(-1, keepdim=True).expand_as(valid[row])
-        waiting = playing_group & ~valid[row] & trainer.buffer.cut[: row + 1].any(0).view_as(
-            valid[row]
+        waiting = (
+            playing_group & ~valid[row] & trainer.buffer.cut[: row + 1].any(0).view_as(valid[row])
         )
         took_over += int(waiting.sum())
         # Every member of a group that still played is valid at the next row.
         assert valid[row + 1][playing_group].all()
     assert took_over > 0, "SHORT games end at varied steps: some members end before others"
-    for steps, source, state in env.restores:
+    for _steps, source, state in env.restores:
         moved = source != torch.arange(16)
         for b in moved.nonzero().flatten().tolist():
             for field in state:

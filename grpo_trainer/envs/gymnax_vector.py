@@ -75,14 +75,18 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
 
     `check_actions` (default True): refuse out-of-range actions with a clear error. It reads
     the actions on the host. `final_obs` (default True): put the last observation of an
-    ended episode in `info["final_obs"]` (Gymnasium's SAME_STEP contract). The trainer,
-    whose actions come from the action space and which never reads final observations,
-    turns both off (`metadata["fast_kwargs"]`).
+    ended episode in `info["final_obs"]` (Gymnasium's SAME_STEP contract). `autoreset`
+    (default True): gymnax's own `env.step`, which computes a new game for every sub-env on
+    every step and keeps it where an episode ended (SAME_STEP); with False, the step is
+    gymnax's `step_env` alone and ended sub-envs wait for a masked reset or a restore
+    (Gymnasium's DISABLED mode). The trainer, whose actions come from the action space,
+    which never reads final observations and which starts groups itself, turns all three
+    off (`metadata["fast_kwargs"]`).
     """
 
     metadata = {
         "autoreset_mode": AutoresetMode.SAME_STEP,
-        "fast_kwargs": {"check_actions": False, "final_obs": False},
+        "fast_kwargs": {"check_actions": False, "final_obs": False, "autoreset": False},
     }
 
     def __init__(
@@ -94,6 +98,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         *,
         check_actions: bool = True,
         final_obs: bool = True,
+        autoreset: bool = True,
     ) -> None:
         if not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
@@ -108,13 +113,22 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         self._action_dtype = jnp.int32 if self._discrete else jnp.float32
         limit = getattr(params, "max_steps_in_episode", None)
         self.max_episode_steps = int(limit) if limit is not None else None
-        self.metadata = {**self.metadata, "max_episode_steps": self.max_episode_steps}
+        mode = AutoresetMode.SAME_STEP if autoreset else AutoresetMode.DISABLED
+        self.metadata = {
+            **self.metadata,
+            "max_episode_steps": self.max_episode_steps,
+            "autoreset_mode": mode,
+        }
+        self.autoreset_mode = mode
         self._state: Any = None  # the batched state pytree
         self._keys: jax.Array | None = None  # (N, 2) uint32, one key chain per sub-env
         self._obs: jax.Array | None = None  # (N, *obs_shape): each sub-env's latest obs
-        self._step_fn = jax.jit(
-            self._step_with_final_obs if final_obs else self._step_without_final_obs
-        )
+        if not autoreset:
+            self._step_fn = jax.jit(self._step_without_reset)
+        elif final_obs:
+            self._step_fn = jax.jit(self._step_with_final_obs)
+        else:
+            self._step_fn = jax.jit(self._step_without_final_obs)
         self._reset_fn = jax.jit(self._compiled_reset)
         self._gather_fn = jax.jit(_gather)
         self._scatter_fn = jax.jit(_scatter)
@@ -144,6 +158,17 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
     def _step_without_final_obs(self, state: Any, keys: jax.Array, action: jax.Array) -> Any:
         *out, _ = self._compiled_step(state, keys, action)
         return (*out, {})
+
+    def _step_without_reset(self, state: Any, keys: jax.Array, action: jax.Array) -> Any:
+        """gymnax's transition without its autoreset: no new game is drawn on the step."""
+        split = jax.vmap(jax.random.split)(keys)
+        step = jax.vmap(self.env.step_env, in_axes=(0, 0, 0, None))
+        obs, state, reward, terminated, _ = step(
+            split[:, 1], state, action.astype(self._action_dtype), self.params
+        )
+        truncated = jax.vmap(self.env.is_truncated, in_axes=(0, None))(state, self.params)
+        flags = jnp.stack([reward, terminated, truncated], axis=1)
+        return state, split[:, 0], obs.astype(jnp.float32), flags.astype(jnp.float32), {}
 
     def _compiled_reset(
         self, state: Any, keys: jax.Array, obs: Any, mask: jax.Array, seeds: jax.Array
