@@ -4,11 +4,10 @@
 the compiled step fuses into one loop. Run eagerly, that form costs one kernel per field and
 slot (~200 per step), and an eager kernel has a fixed cost: a few microseconds of dispatch
 on a CPU, a launch on a GPU. Here the same rules work on the packed state
-(`transitions.pack`: one int32 row per field and slot), a block of rows at a time, with 0/1
-int32 masks
-in arithmetic instead of bool tensors (on the CPU a comparison into int32 is ~3x faster than
-into bool, and `torch.where` several times slower than a multiply), and with temporaries in
-buffers allocated once per env (`Scratch`). Measured in docs/performance.md.
+(`transitions.Layout`: one int32 row per field and slot), a block of rows at a time, with 0/1
+int32 masks in arithmetic instead of bool tensors (on the CPU a comparison into int32 is ~3x
+faster than into bool, and `torch.where` several times slower than a multiply), and with
+temporaries in buffers allocated once per env (`Scratch`). Measured in docs/performance.md.
 
 The two forms agree bit for bit on every output, in every autoreset mode and observation mode:
 tests/test_env_packed.py checks it over random rules, states and actions. This form relies on
@@ -26,43 +25,13 @@ import torch
 
 from fruit_env import core, rng
 from fruit_env.params import FruitParams
-
-
-class Layout(NamedTuple):
-    """Row indices of the packed state (see `transitions.pack`) for `slots` fruit slots."""
-
-    slots: int
-
-    @property
-    def rows(self) -> int:
-        return 3 * self.slots + 6
-
-    @property
-    def x(self) -> slice:
-        return slice(1, 1 + self.slots)
-
-    @property
-    def y(self) -> slice:
-        return slice(1 + self.slots, 1 + 2 * self.slots)
-
-    @property
-    def active(self) -> slice:
-        return slice(1 + 2 * self.slots, 1 + 3 * self.slots)
-
-    @property
-    def stats(self) -> slice:
-        """score, t, caught, missed."""
-        return slice(1 + 3 * self.slots, 5 + 3 * self.slots)
-
-    @property
-    def pending(self) -> int:
-        return 3 * self.slots + 5
+from fruit_env.transitions import Layout
 
 
 class Rows(NamedTuple):
     """Views of the rows of one packed state (made once per buffer: a view costs a dispatch)."""
 
-    packed: torch.Tensor  # (3*S + 6, N)
+    packed: torch.Tensor  # (3*S + 6, N), see `transitions.Layout`
     basket: torch.Tensor  # (N,)
     x: torch.Tensor  # (S, N)
     y: torch.Tensor  # (S, N)
@@ -78,10 +47,10 @@ class Rows(NamedTuple):
 
     @classmethod
     def of(cls, packed: torch.Tensor) -> Rows:
-        lay = Layout((packed.shape[0] - 6) // 3)
+        lay = Layout.of(packed)
         return cls(
             packed=packed,
-            basket=packed[0],
+            basket=packed[lay.basket],
             x=packed[lay.x],
             y=packed[lay.y],
             active=packed[lay.active],
