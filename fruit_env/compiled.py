@@ -1,4 +1,5 @@
-"""The compiled step: a transition of `transitions.py` built once per machine, for every size.
+"""The compiled step: a transition of `transitions.py` built once per machine, for every size,
+and the choice between it and the eager step (`select_step`, the env's `compile=`).
 
 `torch.export` traces the transition with a dynamic batch dimension (one graph for all
 `num_envs`), AOTInductor turns it into a shared library (C++ on the CPU, CUDA kernels on a
@@ -29,14 +30,15 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import torch
 from gymnasium.vector import AutoresetMode
 
 from fruit_env import core, params, rng, transitions
+from fruit_env.packed import MODE_NAMES, EagerStep, StepOutput
 from fruit_env.params import FruitParams
-from fruit_env.transitions import Transition
+from fruit_env.transitions import Layout, Transition
 
 log = logging.getLogger("fruit_env")
 
@@ -160,6 +162,51 @@ class GraphedStep:
             self._out = self._step(*self._inputs)
 
 
+class CompiledEnvStep:
+    """The compiled step as the env runs it, with `packed.EagerStep`'s calls: `step(packed,
+    key, counter, actions)` -> (the next state, `StepOutput`), `clamped`, `flagged`, `reset`
+    and `observe`. The graph clamps actions into [0, 2] and flags those it clamped, so the
+    three step calls differ only in what they hand back."""
+
+    def __init__(self, loaded: CompiledStep | GraphedStep, params: FruitParams) -> None:
+        self.loaded, self.params = loaded, params  # the package it calls
+        self._observe = transitions.COMPILED_OBSERVERS[params.obs_mode]
+
+    def flagged(
+        self, packed: torch.Tensor, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, StepOutput, torch.Tensor]:
+        """The step, and a () bool tensor: whether some action was outside [0, 2]."""
+        t = self.loaded(packed, key, counter, action.to(torch.int64).contiguous())
+        # One tensor each (not views of one): DLPack consumers such as JAX copy unaligned views.
+        terminated, truncated, ended = (flag.to(torch.bool) for flag in t.flags)
+        out = StepOutput(t.obs, t.reward, terminated, truncated, ended, t.episode, t.final_obs)
+        return t.packed, out, t.invalid
+
+    def __call__(
+        self, packed: torch.Tensor, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, StepOutput]:
+        packed, out, _ = self.flagged(packed, key, counter, action)
+        return packed, out
+
+    clamped = __call__  # the graph clamps
+
+    def reset(
+        self, packed: torch.Tensor, key: torch.Tensor, counter: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        """`core.restart` where `mask` is true, dropping those sub-envs' pending NEXT_STEP
+        restart; advances `counter` in place and returns the new state."""
+        game, pending = transitions.unpack(packed)
+        game = core.restart(self.params, game, mask, core.draw(self.params, key, counter))
+        counter.add_(mask)
+        return transitions.pack(game, pending & ~mask)
+
+    def observe(self, packed: torch.Tensor) -> torch.Tensor:
+        return self._observe(self.params, transitions.unpack(packed)[0])
+
+
+EnvStep: TypeAlias = EagerStep | CompiledEnvStep  # what the env steps with (`select_step`)
+
+
 def load(
     params: FruitParams, mode: AutoresetMode, device: torch.device, compile_mode: str = "default"
 ) -> CompiledStep | GraphedStep:
@@ -203,9 +250,8 @@ def build(
         transitions.TRANSITIONS[mode], params, transitions.COMPILED_OBSERVERS[params.obs_mode]
     )
     n = static_envs or EXAMPLE_ENVS
-    rows = 3 * params.max_fruits + 6
     example = (
-        torch.zeros((rows, n), dtype=torch.int32, device=device),
+        torch.zeros((Layout(params.max_fruits).rows, n), dtype=torch.int32, device=device),
         torch.zeros(n, dtype=torch.int64, device=device),
         torch.zeros(n, dtype=torch.int64, device=device),
         torch.ones(n, dtype=torch.int64, device=device),
@@ -276,10 +322,83 @@ def _sources() -> tuple[bytes, ...]:
     return tuple(Path(str(m.__file__)).read_bytes() for m in (*_SOURCES, sys.modules[__name__]))
 
 
-@functools.cache
-def _cpu_flags() -> str:
+# -- the env's choice ---------------------------------------------------------------------------
+
+_LOGGED: set[str] = set()
+
+
+def log_once(message: str, *args: object) -> None:
+    """INFO on the `fruit_env` logger, once per process for each distinct message."""
+    text = message % args
+    if text not in _LOGGED:
+        _LOGGED.add(text)
+        log.info(text)
+
+
+def check_choice(choice: object, compile_mode: object) -> None:
+    """A `ValueError` unless `compile=choice` and `compile_mode` are ones the env takes."""
+    if not (isinstance(choice, bool) or (isinstance(choice, str) and choice == "auto")):
+        raise ValueError(f"compile must be True, False or 'auto', got {choice!r}")
+    if compile_mode not in COMPILE_MODES:
+        raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, got {compile_mode!r}")
+
+
+def runnable_compile_mode(requested: str, device: torch.device) -> str:
+    """`requested`, except CUDA graphs off CUDA: the default mode there, with a log line."""
+    if requested == "reduce-overhead" and device.type != "cuda":
+        log_once(
+            f"FruitCatcher: compile_mode='reduce-overhead' (CUDA graphs) needs CUDA; "
+            f"the {device.type} step runs as compile_mode='default'"
+        )
+        return "default"
+    return requested
+
+
+def select_step(
+    choice: bool | str,
+    params: FruitParams,
+    mode: AutoresetMode,
+    device: torch.device,
+    num_envs: int,
+    compile_mode: str = "default",
+) -> EnvStep:
+    """The step that `compile=choice` asks for: False the eager step, True the compiled one
+    (built first if the cache lacks it), "auto" the compiled one on CUDA (built first) and
+    on the CPU where it is cached. A step that cannot be built or loaded falls back to the
+    eager step (the same games), with a warning."""
+    names = f"for {mode.name}, {params.obs_mode} observations"
+
+    def eager(why: str | None = None) -> EagerStep:
+        if why is not None:  # the reason "auto" took it
+            log_once(
+                "FruitCatcher: eager step on %s (compile='auto': %s) %s", device.type, why, names
+            )
+        return EagerStep(params, MODE_NAMES[mode], num_envs, device)
+
+    if choice is False:
+        return eager()
+    if not supported(device):
+        if choice is True:
+            log.warning(
+                "FruitCatcher: compile=True, but this torch builds no compiled step for %s "
+                "devices; running the eager step",
+                device.type,
+            )
+        return eager(None if choice is True else "no compiled steps for this device")
+    path = package_path(params, mode, device, compile_mode)
+    if choice == "auto" and device.type != "cuda" and not path.is_file():
+        return eager(
+            f"no compiled step for these rules in {cache_dir()}; compile=True builds it, "
+            "once per machine"
+        )
     try:
-        with open("/proc/cpuinfo") as f:
-            return next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        return ""
+        loaded = load(params, mode, device, compile_mode)
+    except Exception as err:  # no C++ compiler, say: the eager step gives the same games
+        log.warning("FruitCatcher: building the compiled step failed (%s); running eager", err)
+        return eager()
+    if choice == "auto":
+        why = "CUDA" if device.type == "cuda" else "cached"
+        log_once(
+            "FruitCatcher: compiled step on %s (compile='auto': %s) %s", device.type, why, names
+        )
+    return CompiledEnvStep(loaded, params)
