@@ -8,6 +8,11 @@ per machine, rules and autoreset mode, not once per process and size: a later pr
 the package in milliseconds. A call skips Dynamo's guards and Python wrapper: 11-16 us at
 128 envs on our CPU. Measured in docs/performance.md.
 
+The compiled step is not faster everywhere (on a 2-core CPU the eager step can win at large
+batches), so a build also times both steps on its device at a few batch sizes and keeps the
+measurement beside the package; `compile="auto"` runs the compiled step only where that
+measurement says it is the faster one.
+
 Cache folder: `$FRUIT_ENV_CACHE_DIR`, else `$XDG_CACHE_HOME/fruit_env`, else
 `~/.cache/fruit_env`. A package's name is a digest of everything its code depends on: the
 rules, the autoreset mode, the device type, the torch version, the source of the modules
@@ -21,9 +26,12 @@ import dataclasses
 import functools
 import hashlib
 import importlib
+import json
 import logging
+import math
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -32,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeAlias
 
+import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
@@ -210,8 +219,9 @@ EnvStep: TypeAlias = EagerStep | CompiledEnvStep  # what the env steps with (`se
 def load(
     params: FruitParams, mode: AutoresetMode, device: torch.device, compile_mode: str = "default"
 ) -> CompiledStep | GraphedStep:
-    """The compiled step, built first if the cache does not hold it (logged at INFO);
-    replayed from a CUDA graph for `compile_mode="reduce-overhead"` (CUDA only)."""
+    """The compiled step, built first if the cache does not hold it (logged at INFO, and
+    measured against the eager step: `measure`); replayed from a CUDA graph for
+    `compile_mode="reduce-overhead"` (CUDA only)."""
     if compile_mode == "reduce-overhead":
         return GraphedStep(load(params, mode, device))
     path = package_path(params, mode, device, compile_mode)
@@ -227,6 +237,9 @@ def load(
         )
         build(params, mode, device, path, max_autotune=compile_mode == "max-autotune")
         log.info("FruitCatcher: compiled in %.1f s", time.perf_counter() - started)
+        step = CompiledStep(path, mode, device)
+        save_measurement(path, measure(params, mode, device, step))
+        return step
     return CompiledStep(path, mode, device)
 
 
@@ -322,6 +335,124 @@ def _sources() -> tuple[bytes, ...]:
     return tuple(Path(str(m.__file__)).read_bytes() for m in (*_SOURCES, sys.modules[__name__]))
 
 
+# -- which step is faster here: measured when a package is built, kept beside it ---------------
+
+MEASURED_SIZES = (256, 2048, 16384, 131072)  # num_envs at which a build times both steps
+MEASUREMENT_FORMAT = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """Seconds per step of the eager and the compiled step, by `num_envs`, on the device and
+    with the torch threads of the process that built the package. Both are timed as a
+    trainer steps them (actions clamped, not checked): the env's shell around them is the
+    same for both."""
+
+    seconds: dict[int, tuple[float, float]]  # num_envs -> (eager, compiled)
+    threads: int
+
+    def nearest(self, num_envs: int) -> int:
+        """The measured size nearest `num_envs` on a log scale (the smaller one on a tie)."""
+        return min(self.seconds, key=lambda size: (abs(math.log(size / num_envs)), size))
+
+    def speedup(self, num_envs: int) -> float:
+        """The eager step's time over the compiled step's at the nearest measured size."""
+        eager, compiled = self.seconds[self.nearest(num_envs)]
+        return eager / compiled
+
+    def to_json(self) -> str:
+        sizes = {str(n): {"eager_s": e, "compiled_s": c} for n, (e, c) in self.seconds.items()}
+        body = {"format": MEASUREMENT_FORMAT, "torch_threads": self.threads, "sizes": sizes}
+        return json.dumps(body, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> Measurement:
+        body = json.loads(text)
+        if body.get("format") != MEASUREMENT_FORMAT or not body.get("sizes"):
+            raise ValueError(f"not a measurement of format {MEASUREMENT_FORMAT}")
+        seconds = {
+            int(n): (float(row["eager_s"]), float(row["compiled_s"]))
+            for n, row in body["sizes"].items()
+        }
+        return cls(seconds, int(body["torch_threads"]))
+
+
+def measurement_path(package: Path) -> Path:
+    """Where the measurement of `package` is kept: beside it."""
+    return package.with_name(package.stem + ".timing.json")
+
+
+def save_measurement(package: Path, measurement: Measurement) -> None:
+    """Write the measurement beside `package` (whole or not at all)."""
+    path = measurement_path(package)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(measurement.to_json())
+    os.replace(partial, path)
+
+
+def stored_measurement(package: Path) -> Measurement | None:
+    """The measurement kept beside `package`; None if there is none (or it is unreadable)."""
+    try:
+        return Measurement.from_json(measurement_path(package).read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def measure(
+    params: FruitParams,
+    mode: AutoresetMode,
+    device: torch.device,
+    loaded: CompiledStep | GraphedStep,
+    sizes: tuple[int, ...] = MEASURED_SIZES,
+    rounds: int = 5,
+) -> Measurement:
+    """Time the eager step and the `loaded` package's at each size: after a warm-up, `rounds`
+    blocks of each in turns (the order alternating, so that a change in the machine's load
+    hits both alike); the median block's seconds per step. A few seconds on a CPU."""
+    seconds = {}
+    for n in sizes:
+        steps = {
+            "eager": EagerStep(params, MODE_NAMES[mode], n, device),
+            "compiled": CompiledEnvStep(loaded, params),
+        }
+        blocks = {name: _timed_block(s, params, n, device) for name, s in steps.items()}
+        times: dict[str, list[float]] = {name: [] for name in blocks}
+        for r in range(rounds):
+            for name in list(blocks)[:: 1 if r % 2 == 0 else -1]:
+                times[name].append(blocks[name]())
+        seconds[n] = (statistics.median(times["eager"]), statistics.median(times["compiled"]))
+    return Measurement(seconds, torch.get_num_threads())
+
+
+def _timed_block(
+    step: EnvStep, params: FruitParams, num_envs: int, device: torch.device
+) -> Callable[[], float]:
+    """A timer of `step` on its own games: each call plays a block of steps and returns the
+    seconds per step. Three warm-up steps first."""
+    n = num_envs
+    state = core.empty_state(params, n, device)
+    key = torch.from_numpy(rng.seed_keys(np.arange(n, dtype=np.uint64))).to(device)
+    counter = torch.zeros(n, dtype=torch.int64, device=device)
+    pending = torch.zeros(n, dtype=torch.bool, device=device)
+    mask = torch.ones(n, dtype=torch.bool, device=device)
+    board = [step.reset(transitions.pack(core.Game.of(state), pending), key, counter, mask)]
+    generator = torch.Generator(device=device).manual_seed(0)
+    actions = torch.randint(0, 3, (8, n), generator=generator, device=device)
+    count = max(4, min(64, 2**19 // n))
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+
+    def play(steps: int) -> float:
+        sync()
+        started = time.perf_counter()
+        for i in range(steps):
+            board[0], _ = step.clamped(board[0], key, counter, actions[i % 8])
+        sync()
+        return (time.perf_counter() - started) / steps
+
+    play(3)
+    return functools.partial(play, count)
+
+
 # -- the env's choice ---------------------------------------------------------------------------
 
 _LOGGED: set[str] = set()
@@ -354,6 +485,24 @@ def runnable_compile_mode(requested: str, device: torch.device) -> str:
     return requested
 
 
+def auto_choice(
+    measurement: Measurement | None, num_envs: int, device: torch.device
+) -> tuple[bool, str]:
+    """What `compile="auto"` makes of a cached package: whether to run the compiled step,
+    and why (for the log line). The stored measurement decides at the measured size nearest
+    `num_envs`; without one, the compiled step on CUDA (a launch per kernel makes the eager
+    step slow there), the eager step elsewhere."""
+    if measurement is None:
+        if device.type == "cuda":
+            return True, "CUDA, not measured"
+        return False, "no measurement beside the package"
+    size, speedup = measurement.nearest(num_envs), measurement.speedup(num_envs)
+    where = f"at {size} envs, the measured size nearest {num_envs}"
+    if speedup > 1:
+        return True, f"measured {speedup:.2f}x faster than the eager step {where}"
+    return False, f"the compiled step measured {1 / speedup:.2f}x slower {where}"
+
+
 def select_step(
     choice: bool | str,
     params: FruitParams,
@@ -363,9 +512,9 @@ def select_step(
     compile_mode: str = "default",
 ) -> EnvStep:
     """The step that `compile=choice` asks for: False the eager step, True the compiled one
-    (built first if the cache lacks it), "auto" the compiled one on CUDA (built first) and
-    on the CPU where it is cached. A step that cannot be built or loaded falls back to the
-    eager step (the same games), with a warning."""
+    (built first if the cache lacks it), "auto" the compiled one where it is known to be the
+    faster (`auto_choice`) and never a build on the CPU. A step that cannot be built or
+    loaded falls back to the eager step (the same games), with a warning."""
     names = f"for {mode.name}, {params.obs_mode} observations"
 
     def eager(why: str | None = None) -> EagerStep:
@@ -396,9 +545,33 @@ def select_step(
     except Exception as err:  # no C++ compiler, say: the eager step gives the same games
         log.warning("FruitCatcher: building the compiled step failed (%s); running eager", err)
         return eager()
-    if choice == "auto":
-        why = "CUDA" if device.type == "cuda" else "cached"
-        log_once(
-            "FruitCatcher: compiled step on %s (compile='auto': %s) %s", device.type, why, names
-        )
+    if choice is True:
+        return CompiledEnvStep(loaded, params)
+    measurement = _measurement(params, mode, device, path, loaded)
+    faster, why = auto_choice(measurement, num_envs, device)
+    if not faster:
+        return eager(f"{why}; compile=True runs it")
+    log_once("FruitCatcher: compiled step on %s (compile='auto': %s) %s", device.type, why, names)
     return CompiledEnvStep(loaded, params)
+
+
+def _measurement(
+    params: FruitParams,
+    mode: AutoresetMode,
+    device: torch.device,
+    package: Path,
+    loaded: CompiledStep | GraphedStep,
+) -> Measurement | None:
+    """The measurement beside `package`, made now (and kept) when it is missing; None if
+    it cannot be made."""
+    stored = stored_measurement(package)
+    if stored is not None:
+        return stored
+    log_once("FruitCatcher: timing the eager and the compiled step once (no stored measurement)")
+    try:
+        made = measure(params, mode, device, loaded)
+        save_measurement(package, made)
+    except Exception as err:  # a read-only cache folder, say: decide without it
+        log.warning("FruitCatcher: measuring the compiled step failed (%s)", err)
+        return None
+    return made
