@@ -287,7 +287,8 @@ def static_vs_dynamic(n: int, device: torch.device, repeats: int, quick: bool) -
         for name in ("static", "dynamic"):
             env = make_env(n, device, "features", compile=True).unwrapped
             if name == "static":  # the same env with the one-size package plugged in
-                env._compiled = compiled.CompiledStep(path, mode, device)
+                static = compiled.CompiledStep(path, mode, device)
+                env._step = compiled.CompiledEnvStep(static, env.params)
             env.reset(seed=0)
             envs[f"env.step, {name}"] = (make_stepper(env, actions, count), count)
             bare[f"compiled step alone, {name}"] = (_bare(env, actions, count), count)
@@ -315,7 +316,7 @@ def static_vs_dynamic(n: int, device: torch.device, repeats: int, quick: bool) -
 
 def _bare(env: Any, actions: torch.Tensor, count: int) -> Callable[[], None]:
     """`count` calls of an env's compiled step alone on the env's state."""
-    step, key = env._compiled, env._key
+    step, key = env._step.loaded, env._key
     state = [env._packed.clone(), env._counter.clone()]
 
     def run() -> None:

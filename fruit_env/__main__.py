@@ -1,4 +1,4 @@
-"""`python -m fruit_env play|demo|check`: see `fruit_env.cli`."""
+"""`python -m fruit_env play|demo`: see `fruit_env.cli`."""
 
 from fruit_env.cli import main
 

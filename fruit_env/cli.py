@@ -1,15 +1,11 @@
-"""`python -m fruit_env`: play Fruit Catcher in a terminal, watch scripted policies play it, or
-check any registered vector env.
+"""`python -m fruit_env`: play Fruit Catcher in a terminal, or watch scripted policies play it.
 
     python -m fruit_env play [--fps 4] [--seed S]
     python -m fruit_env demo [--policy random|chase] [--episodes N] [--num-envs N]
                              [--device cpu|cuda] [--seed S] [--show] [--fps F]
-    python -m fruit_env check ENV_ID [--num-envs N] [--env-kwargs JSON]
-                              [--vectorization-mode sync|vector_entry_point] [--steps N]
-                              [--max-steps N] [--seed S] [--strict-syncs] [--json]
 
-`check` runs `fruit_env.checker.check_vector_env` on `gymnasium.make_vec(ENV_ID, ...)` and
-exits 0 when no check failed, 1 when one did, 2 on a usage error (an unknown env id, say).
+Checking a vector env is the trainer's command, which builds any env it trains on:
+`python -m grpo_trainer check ENV_ID`; `python -m fruit_env check` says so and exits 2.
 
 `play` needs an interactive terminal: without one (stdin or stdout not a TTY) it prints why
 on stderr and exits with status 2, like any other usage error.
@@ -19,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -340,97 +335,23 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--fps", type=float, default=0.0, help="with --show: frames per second (0 = no delay)"
     )
-
-    check = commands.add_parser("check", help="check a registered vector env's conformance")
-    check.add_argument("env_id", help="a registered Gymnasium id, e.g. FruitCatcher-v0")
-    check.add_argument("--num-envs", type=_positive_int, default=4)
-    check.add_argument(
-        "--env-kwargs",
-        type=_json_object,
-        default={},
-        help="make_vec keywords as JSON: '{\"a\": 1}'",
-    )
-    check.add_argument(
-        "--vectorization-mode",
-        choices=("sync", "vector_entry_point"),
-        default=None,
-        help="make_vec's vectorization_mode (default: the env's vector entry point if it has one)",
-    )
-    check.add_argument("--steps", type=_positive_int, default=64, help="steps per trajectory")
-    check.add_argument(
-        "--max-steps", type=_positive_int, default=1000, help="steps to look for an episode end"
-    )
-    check.add_argument("--seed", type=int, default=0)
-    check.add_argument("--strict-syncs", action="store_true", help="host syncs fail on the CPU too")
-    check.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
 
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise argparse.ArgumentTypeError(f"not JSON: {err}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"must be a JSON object, got {text}")
-    return value
-
-
-# The trainer's ids for envs of libraries with their own vector API (`gymnax:CartPole-v1`):
-# to make_vec, `gymnax:` would only import gymnax and then build Gymnasium's own CartPole.
-NOT_GYMNASIUM_IDS = ("gymnax", "envpool", "minatar")
-
-
-def run_check(args: argparse.Namespace) -> int:
-    """`check`: build the env with `make_vec`, print the report; 0 ok, 1 failed, 2 usage."""
-    from fruit_env.checker import check_vector_env
-
-    prefix, _, name = args.env_id.partition(":")
-    if name and prefix in NOT_GYMNASIUM_IDS:
-        print(
-            f"fruit_env check: {args.env_id!r} is the trainer's id for a {prefix} env, not a "
-            f"Gymnasium id (make_vec would check Gymnasium's own {name!r}); build the env in "
-            "Python and pass it to fruit_env.checker.check_vector_env, as "
-            "scripts/check_third_party.py does (docs/integrations.md)",
-            file=sys.stderr,
-        )
-        return 2
-
-    def make(num_envs: int) -> Any:
-        kwargs = dict(args.env_kwargs)
-        if args.vectorization_mode is not None:
-            kwargs["vectorization_mode"] = args.vectorization_mode
-        return gym.make_vec(args.env_id, num_envs=num_envs, **kwargs)
-
-    try:
-        env = make(args.num_envs)
-    except gym.error.Error as err:  # unknown id, namespace or version
-        print(f"fruit_env check: {err}", file=sys.stderr)
-        return 2
-    except (TypeError, ValueError) as err:  # keywords the env does not take
-        print(f"fruit_env check: cannot make {args.env_id}: {err}", file=sys.stderr)
-        return 2
-    try:
-        report = check_vector_env(
-            env,
-            seed=args.seed,
-            steps=args.steps,
-            max_steps=args.max_steps,
-            strict_syncs=args.strict_syncs,
-            make_env=make,
-        )
-    finally:
-        env.close()
-    print(json.dumps(report.to_dict(), indent=2) if args.json else report)
-    return 0 if report.ok else 1
+MOVED_CHECK = (
+    "python -m fruit_env check has moved: run python -m grpo_trainer check ENV_ID "
+    "(the same options; it builds the env as the trainer does)"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["check"]:  # whatever follows: the command is the trainer's now
+        print(MOVED_CHECK, file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     if args.command == "play":
         return play(fps=args.fps, seed=args.seed)
-    if args.command == "check":
-        return run_check(args)
     try:
         result = run_demo(
             args.policy,

@@ -4,11 +4,10 @@
 the compiled step fuses into one loop. Run eagerly, that form costs one kernel per field and
 slot (~200 per step), and an eager kernel has a fixed cost: a few microseconds of dispatch
 on a CPU, a launch on a GPU. Here the same rules work on the packed state
-(`transitions.pack`: one int32 row per field and slot), a block of rows at a time, with 0/1
-int32 masks
-in arithmetic instead of bool tensors (on the CPU a comparison into int32 is ~3x faster than
-into bool, and `torch.where` several times slower than a multiply), and with temporaries in
-buffers allocated once per env (`Scratch`). Measured in docs/performance.md.
+(`transitions.Layout`: one int32 row per field and slot), a block of rows at a time, with 0/1
+int32 masks in arithmetic instead of bool tensors (on the CPU a comparison into int32 is ~3x
+faster than into bool, and `torch.where` several times slower than a multiply), and with
+temporaries in buffers allocated once per env (`Scratch`). Measured in docs/performance.md.
 
 The two forms agree bit for bit on every output, in every autoreset mode and observation mode:
 tests/test_env_packed.py checks it over random rules, states and actions. This form relies on
@@ -23,46 +22,17 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+from gymnasium.vector import AutoresetMode
 
 from fruit_env import core, rng
 from fruit_env.params import FruitParams
-
-
-class Layout(NamedTuple):
-    """Row indices of the packed state (see `transitions.pack`) for `slots` fruit slots."""
-
-    slots: int
-
-    @property
-    def rows(self) -> int:
-        return 3 * self.slots + 6
-
-    @property
-    def x(self) -> slice:
-        return slice(1, 1 + self.slots)
-
-    @property
-    def y(self) -> slice:
-        return slice(1 + self.slots, 1 + 2 * self.slots)
-
-    @property
-    def active(self) -> slice:
-        return slice(1 + 2 * self.slots, 1 + 3 * self.slots)
-
-    @property
-    def stats(self) -> slice:
-        """score, t, caught, missed."""
-        return slice(1 + 3 * self.slots, 5 + 3 * self.slots)
-
-    @property
-    def pending(self) -> int:
-        return 3 * self.slots + 5
+from fruit_env.transitions import Layout
 
 
 class Rows(NamedTuple):
     """Views of the rows of one packed state (made once per buffer: a view costs a dispatch)."""
 
-    packed: torch.Tensor  # (3*S + 6, N)
+    packed: torch.Tensor  # (3*S + 6, N), see `transitions.Layout`
     basket: torch.Tensor  # (N,)
     x: torch.Tensor  # (S, N)
     y: torch.Tensor  # (S, N)
@@ -78,10 +48,10 @@ class Rows(NamedTuple):
 
     @classmethod
     def of(cls, packed: torch.Tensor) -> Rows:
-        lay = Layout((packed.shape[0] - 6) // 3)
+        lay = Layout.of(packed)
         return cls(
             packed=packed,
-            basket=packed[0],
+            basket=packed[lay.basket],
             x=packed[lay.x],
             y=packed[lay.y],
             active=packed[lay.active],
@@ -313,16 +283,31 @@ class StepOutput(NamedTuple):
 
 
 MODES = ("next_step", "same_step", "disabled")
+MODE_NAMES = {  # the name `EagerStep` takes for each autoreset mode
+    AutoresetMode.NEXT_STEP: "next_step",
+    AutoresetMode.SAME_STEP: "same_step",
+    AutoresetMode.DISABLED: "disabled",
+}
+
+
+class _Ending(NamedTuple):
+    """What an autoreset mode makes of a stepped game (see `EagerStep`)."""
+
+    reward: torch.Tensor
+    flags: tuple[torch.Tensor, torch.Tensor]  # terminated, truncated
+    ended: torch.Tensor
+    final_obs: torch.Tensor | None
 
 
 class EagerStep:
     """One autoreset mode's step as eager kernels on the packed state, with the random draws
-    and outputs of `vector_env`'s transition for that mode.
+    and outputs of that mode's transition in `transitions.py`.
 
     It keeps two state buffers and writes each step into the other one. `step(packed, ...)`
     takes the current state (a state it returned, or any other packed tensor, which it
     copies in), advances `counter` in place and returns the new state (one of its buffers:
-    the caller must not hand it out) with the step's outputs.
+    the caller must not hand it out) with the step's outputs. Its actions must be 0, 1 or 2;
+    `clamped` and `flagged` take any integers (see `action_checks`).
     """
 
     def __init__(self, params: FruitParams, mode: str, num_envs: int, device: torch.device) -> None:
@@ -335,6 +320,12 @@ class EagerStep:
             Rows.of(torch.zeros(shape, dtype=torch.int32, device=device)) for _ in range(2)
         ]
         self._observe = OBSERVERS[params.obs_mode]
+        # The mode's bookkeeping, chosen once: no mode test per step.
+        self._end = {
+            "next_step": self._next_step,
+            "same_step": self._same_step,
+            "disabled": self._disabled,
+        }[mode]
 
     def rows(self, packed: torch.Tensor) -> Rows:
         """The current buffer, holding `packed`."""
@@ -376,32 +367,67 @@ class EagerStep:
         # on a 64-byte boundary (DLPack consumers such as JAX copy unaligned arrays).
         stats = torch.add(old.stats, sc.delta, out=_aligned_rows(old.stats))
         new.stats.copy_(stats)
-        final_obs = None
-        if self.mode == "next_step":
-            # Sub-envs whose episode ended last step restart instead, from this step's draw,
-            # with reward 0 and no flags (their restarted score and t are 0).
-            restart(p, new, old.pending, column, sc)
-            reward = torch.mul(sc.reward, sc.keep, out=_like(sc.reward, torch.float32))
-            flags = terminated(p, new), truncated(p, new)
-            ended = torch.bitwise_or(*flags)
-            new.pending.copy_(ended)
-            counter.add_(1)
-        else:
-            reward = sc.reward.to(torch.float32)
-            flags = terminated(p, new), truncated(p, new)
-            ended = torch.bitwise_or(*flags)
-            new.pending.copy_(old.pending)
-            counter.add_(1)
-            if self.mode == "same_step":
-                # Ended episodes restart now, from the next counter value.
-                final_obs = self._observe(p, new, sc)
-                mask = sc.flag.copy_(ended)
-                restart(p, new, mask, draw(p, key, counter, sc)[0], sc)
-                counter.add_(mask)
+        end = self._end(old, new, key, counter, column)
         score, *counts = stats.unbind()
         episode = (score.to(torch.float32), *counts)
-        output = StepOutput(self._observe(p, new, sc), reward, *flags, ended, episode, final_obs)
+        obs = self._observe(p, new, sc)
+        output = StepOutput(obs, end.reward, *end.flags, end.ended, episode, end.final_obs)
         return new.packed, output
+
+    def clamped(
+        self, packed: torch.Tensor, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, StepOutput]:
+        """The step with any integer actions, clamped into [0, 2]."""
+        return self(packed, key, counter, action.clamp(0, 2))
+
+    def flagged(
+        self, packed: torch.Tensor, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, StepOutput, torch.Tensor]:
+        """`clamped`, and a () bool tensor: whether some action needed the clamp."""
+        clamped = action.clamp(0, 2)
+        invalid = (clamped != action).any()
+        return (*self(packed, key, counter, clamped), invalid)
+
+    # -- what each autoreset mode does after the rules' step -------------------------------
+
+    def _next_step(
+        self, old: Rows, new: Rows, key: torch.Tensor, counter: torch.Tensor, column: torch.Tensor
+    ) -> _Ending:
+        """Sub-envs whose episode ended last step restart instead, from this step's draw,
+        with reward 0 and no flags (their restarted score and t are 0)."""
+        p, sc = self.params, self.scratch
+        restart(p, new, old.pending, column, sc)
+        reward = torch.mul(sc.reward, sc.keep, out=_like(sc.reward, torch.float32))
+        flags = terminated(p, new), truncated(p, new)
+        ended = torch.bitwise_or(*flags)
+        new.pending.copy_(ended)
+        counter.add_(1)
+        return _Ending(reward, flags, ended, None)
+
+    def _disabled(
+        self, old: Rows, new: Rows, key: torch.Tensor, counter: torch.Tensor, column: torch.Tensor
+    ) -> _Ending:
+        """No restart: the caller resets ended sub-envs."""
+        p, sc = self.params, self.scratch
+        reward = sc.reward.to(torch.float32)
+        flags = terminated(p, new), truncated(p, new)
+        ended = torch.bitwise_or(*flags)
+        new.pending.copy_(old.pending)
+        counter.add_(1)
+        return _Ending(reward, flags, ended, None)
+
+    def _same_step(
+        self, old: Rows, new: Rows, key: torch.Tensor, counter: torch.Tensor, column: torch.Tensor
+    ) -> _Ending:
+        """Ended episodes restart now, from the next counter value; their last observation
+        is the final one."""
+        p, sc = self.params, self.scratch
+        end = self._disabled(old, new, key, counter, column)
+        final_obs = self._observe(p, new, sc)
+        mask = sc.flag.copy_(end.ended)
+        restart(p, new, mask, draw(p, key, counter, sc)[0], sc)
+        counter.add_(mask)
+        return end._replace(final_obs=final_obs)
 
 
 def _like(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

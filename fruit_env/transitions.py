@@ -5,10 +5,10 @@ signature, so that the shell calls it with no mode flags and it compiles as a si
 (`compiled.py`). They are also the reference that `packed.EagerStep`, the eager step, is
 tested against bit for bit.
 
-Between steps the game state lives in one packed int32 tensor (`pack`), and a transition
-reports its flags as int32 rows that the shell turns into bool tensors. Few tensors, none of
-them bool, cross the compiled graph's boundary: inductor's CPU code loads and stores bool
-tensors element by element (measured in docs/performance.md).
+Between steps the game state lives in one packed int32 tensor (`Layout`, `pack`), and a
+transition reports its flags as int32 rows that the shell turns into bool tensors. Few
+tensors, none of them bool, cross the compiled graph's boundary: inductor's CPU code loads
+and stores bool tensors element by element (measured in docs/performance.md).
 """
 
 from __future__ import annotations
@@ -25,40 +25,79 @@ from fruit_env.params import FruitParams
 Observer = Callable[[FruitParams, core.Game], torch.Tensor]
 
 
+class Layout(NamedTuple):
+    """Where each field sits in the packed state of `slots` fruit slots: one int32 row per
+    field and slot, in this order: basket, x of each slot, y of each slot, active of each slot
+    (0/1), score, t, caught, missed, pending (0/1). The one definition of the layout: `pack`,
+    `unpack` and the eager step's row views (`packed.Rows`) all read it."""
+
+    slots: int
+
+    @classmethod
+    def of(cls, packed: torch.Tensor) -> Layout:
+        """The layout of a packed state, from its number of rows."""
+        return cls((packed.shape[0] - 6) // 3)
+
+    @property
+    def rows(self) -> int:
+        return 3 * self.slots + 6
+
+    @property
+    def basket(self) -> int:
+        return 0
+
+    @property
+    def x(self) -> slice:
+        return slice(1, 1 + self.slots)
+
+    @property
+    def y(self) -> slice:
+        return slice(1 + self.slots, 1 + 2 * self.slots)
+
+    @property
+    def active(self) -> slice:
+        return slice(1 + 2 * self.slots, 1 + 3 * self.slots)
+
+    @property
+    def stats(self) -> slice:
+        """score, t, caught, missed."""
+        return slice(1 + 3 * self.slots, 5 + 3 * self.slots)
+
+    @property
+    def pending(self) -> int:
+        return 3 * self.slots + 5
+
+
 def pack(game: core.Game, pending: torch.Tensor) -> torch.Tensor:
-    """The game and the NEXT_STEP `pending` mask as one int32 `(3*S + 6, N)` tensor, one row
-    per field and slot: basket, x of each slot, y of each slot, active of each slot (0/1),
-    score, t, caught, missed, pending (0/1)."""
-    rows = (
-        game.basket,
-        *game.fruit_x,
-        *game.fruit_y,
-        *(active.to(torch.int32) for active in game.active),
-        game.score,
-        game.t,
-        game.caught,
-        game.missed,
-        pending.to(torch.int32),
-    )
+    """The game and the NEXT_STEP `pending` mask as one int32 `(3*S + 6, N)` tensor laid out
+    as `Layout` says."""
+    lay = Layout(len(game.fruit_x))
+    rows: list[torch.Tensor] = [game.basket] * lay.rows
+    rows[lay.x] = game.fruit_x
+    rows[lay.y] = game.fruit_y
+    rows[lay.active] = [active.to(torch.int32) for active in game.active]
+    rows[lay.stats] = [game.score, game.t, game.caught, game.missed]
+    rows[lay.pending] = pending.to(torch.int32)
     return torch.stack(rows)
 
 
 def unpack(packed: torch.Tensor) -> tuple[core.Game, torch.Tensor]:
-    """The inverse of `pack`: views of its rows (bool rows are compared with 0)."""
-    s = (packed.shape[0] - 6) // 3
-    basket, *rows = packed.unbind()
-    score, t, caught, missed, pending = rows[3 * s :]
+    """The inverse of `pack`: views of its rows (0/1 rows are compared with 0), and the
+    pending mask."""
+    lay = Layout.of(packed)
+    rows = packed.unbind()
+    score, t, caught, missed = rows[lay.stats]
     game = core.Game(
-        basket=basket,
-        fruit_x=tuple(rows[:s]),
-        fruit_y=tuple(rows[s : 2 * s]),
-        active=tuple(row != 0 for row in rows[2 * s : 3 * s]),
+        basket=rows[lay.basket],
+        fruit_x=rows[lay.x],
+        fruit_y=rows[lay.y],
+        active=tuple(row != 0 for row in rows[lay.active]),
         score=score,
         t=t,
         caught=caught,
         missed=missed,
     )
-    return game, pending != 0
+    return game, rows[lay.pending] != 0
 
 
 class Transition(NamedTuple):

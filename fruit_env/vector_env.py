@@ -1,25 +1,23 @@
 """`FruitCatcherVectorEnv`: the Gymnasium vector-env shell around the tensor rules.
 
-The shell checks inputs, keeps seeds and autoreset bookkeeping, and runs one of two steps
-that give the same outputs bit for bit (tests/test_env_packed.py):
+The shell keeps the spaces, seeds, autoreset bookkeeping and state snapshots, and hands each
+step to two objects chosen before the first step, so that `step` tests no flag:
 
-* the eager step, `packed.EagerStep`: the rules as about 80 eager kernels on the packed
-  state, with no compilation;
-* the compiled step, `compiled.CompiledStep`: the autoreset mode's transition from
-  `transitions.py`, compiled once per machine by AOTInductor and cached on disk.
+* the step, chosen at construction by `compiled.select_step` (`compile=`): the eager
+  `packed.EagerStep` (about 80 eager kernels on the packed state, no compilation) or
+  `compiled.CompiledEnvStep` (the autoreset mode's transition from `transitions.py`,
+  compiled once per machine by AOTInductor and cached on disk). Both give the same games
+  bit for bit (tests/test_env_packed.py, tests/test_env_compile.py);
+* the action check, chosen when `validate_actions` is set (`action_checks.py`).
 
-`compile="auto"` (the default) takes the compiled step on CUDA, and on the CPU when the
-package is already cached; the choice is logged once at INFO on the `fruit_env` logger.
-Neither step syncs with the device, branches on data or allocates on the host: with
-`validate_actions=False` or deferred validation a step runs on `device="meta"`, which has
-no data (tests/test_env_devices.py).
+What callers pass is checked and converted by `inputs.py`. Neither step syncs with the
+device, branches on data or allocates on the host: with `validate_actions=False` or deferred
+validation a step runs on `device="meta"`, which has no data (tests/test_env_devices.py).
 """
 
 from __future__ import annotations
 
 import functools
-import logging
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -29,27 +27,20 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from fruit_env import compiled, core, packed, rng
-from fruit_env.packed import StepOutput
+from fruit_env import action_checks, compiled, core, inputs, rng
+from fruit_env.action_checks import ActionCheck, DeferredCheck, ImmediateCheck, NoCheck
+from fruit_env.packed import MODE_NAMES, EagerStep
 from fruit_env.params import FruitParams
 from fruit_env.render import RENDER_FPS, RENDER_MODES, ansi_board, rgb_frame
-from fruit_env.transitions import COMPILED_OBSERVERS, pack, unpack
-
-log = logging.getLogger("fruit_env")
+from fruit_env.transitions import pack, unpack
 
 EPISODE_KEYS = ("r", "l", "caught", "missed")
-ACTION_CHECKS = (True, False, "immediate", "deferred")
-_EAGER_MODES = {
-    AutoresetMode.NEXT_STEP: "next_step",
-    AutoresetMode.SAME_STEP: "same_step",
-    AutoresetMode.DISABLED: "disabled",
-}
 
 
 class SubEnvSnapshot(NamedTuple):
     """The state of some sub-envs, one column (`packed`) or entry per sub-env."""
 
-    packed: torch.Tensor  # (3*S + 6, n) int32, see `transitions.pack`
+    packed: torch.Tensor  # (3*S + 6, n) int32, see `transitions.Layout`
     key: torch.Tensor  # (n,) int64
     counter: torch.Tensor  # (n,) int64
 
@@ -72,8 +63,9 @@ class FruitCatcherVectorEnv(VectorEnv):
       `True` (the default): `"immediate"` on the CPU, `"deferred"` on other devices.
       `False`: no check; out-of-range actions are clamped.
     * `compile`: `True` runs the compiled step (building it first if the cache lacks it),
-      `False` the eager step, `"auto"` (the default) the compiled step on CUDA and on the
-      CPU when it is already cached, else the eager step.
+      `False` the eager step, `"auto"` (the default) the compiled step where its package is
+      cached (on CUDA: built first) and the measurement kept with it says it is faster at
+      this `num_envs`, else the eager step (`compiled.select_step`).
     * `compile_mode`: how the compiled step is built and run. `"default"`; `"max-autotune"`:
       inductor tries kernel configurations and keeps the fastest (its own cached package, a
       longer build); `"reduce-overhead"`: on CUDA the step is replayed from a CUDA graph, one
@@ -94,7 +86,7 @@ class FruitCatcherVectorEnv(VectorEnv):
         # trainer sampling from the action space): skip the per-step action check.
         "fast_kwargs": {"validate_actions": False},
         # Sub-env i plays the same game for the same seed and actions whatever num_envs is
-        # (its randomness is its own key and counter): `fruit_env.checker` tests the claim.
+        # (its randomness is its own key and counter): `grpo_trainer.checker` tests the claim.
         "num_envs_invariant": True,
     }
 
@@ -110,47 +102,33 @@ class FruitCatcherVectorEnv(VectorEnv):
         compile_mode: str = "default",
         **rules: Any,
     ) -> None:
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)):
-            raise ValueError(f"num_envs must be an int, got {num_envs!r}")
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        self.num_envs = inputs.as_num_envs(num_envs)
         if render_mode is not None and render_mode not in RENDER_MODES:
             raise ValueError(
                 f"render_mode must be one of {RENDER_MODES} or None, got {render_mode!r}"
             )
-        if not (isinstance(compile, bool) or (isinstance(compile, str) and compile == "auto")):
-            raise ValueError(f"compile must be True, False or 'auto', got {compile!r}")
-        if compile_mode not in compiled.COMPILE_MODES:
-            raise ValueError(
-                f"compile_mode must be one of {compiled.COMPILE_MODES}, got {compile_mode!r}"
-            )
-        self.params = FruitParams(**rules)
-        self.num_envs = int(num_envs)
-        self.device = resolve_device(device)
-        check_size(self.params, self.num_envs, self.device)
+        compiled.check_choice(compile, compile_mode)
+        self.params = p = FruitParams(**rules)
+        self.device = inputs.resolve_device(device)
+        inputs.check_size(p, self.num_envs, self.device)
         self.render_mode = render_mode
-        mode = parse_autoreset_mode(autoreset_mode)
+        mode = inputs.parse_autoreset_mode(autoreset_mode)
         self.metadata = {**self.metadata, "autoreset_mode": mode}
         self.autoreset_mode = mode  # as SyncVectorEnv has it; TorchRL reads this attribute
-        self._bad: tuple[torch.Tensor, torch.Tensor] | None = None  # deferred action check
-        self._unchecked_steps = 0
+        self._deferred: DeferredCheck | None = None  # made by the first deferred setting
         self.validate_actions = validate_actions  # type: ignore[assignment]
 
-        p = self.params
         self.single_action_space = gym.spaces.Discrete(3)
         if p.obs_mode == "features":
             self.single_observation_space = gym.spaces.Box(0.0, 1.0, (p.obs_size,), np.float32)
         else:
             self.single_observation_space = gym.spaces.Box(0, 255, (1, p.height, p.width), np.uint8)
 
-        self.compile_mode = _runnable_compile_mode(compile_mode, self.device)  # which one runs
-        self._compiled = _compiled_step(compile, p, mode, self.device, self.compile_mode)
-        self.compiled = self._compiled is not None  # which step runs (see `compile`)
-        self._eager = (
-            None
-            if self.compiled
-            else packed.EagerStep(p, _EAGER_MODES[mode], self.num_envs, self.device)
+        self.compile_mode = compiled.runnable_compile_mode(compile_mode, self.device)
+        self._step: compiled.EnvStep = compiled.select_step(
+            compile, p, mode, self.device, self.num_envs, self.compile_mode
         )
+        self.compiled = isinstance(self._step, compiled.CompiledEnvStep)  # which step runs
         keys = torch.from_numpy(rng.seed_keys(rng.fresh_seeds(self.num_envs)))
         self._state = core.empty_state(p, self.num_envs, self.device)._replace(
             key=keys.to(self.device)
@@ -184,10 +162,10 @@ class FruitCatcherVectorEnv(VectorEnv):
         if options is not None and not isinstance(options, Mapping):
             raise ValueError(f"options must be a dict or None, got {options!r}")
         options = dict(options or {})
-        mask = self._reset_mask(options.pop("reset_mask", None))
+        mask = inputs.as_reset_mask(options.pop("reset_mask", None), self.num_envs, self.device)
         if options:
             raise ValueError(f"unknown reset options {sorted(options)}; only 'reset_mask' is known")
-        seeded = self._seeded_mask(seed, mask)
+        seeded = inputs.seeded_keys(seed, mask, self.device)
         self._require_open()
         self.check_actions()
         key, counter = self._key, self._counter
@@ -195,18 +173,10 @@ class FruitCatcherVectorEnv(VectorEnv):
             seeded_mask, keys = seeded
             key = torch.where(seeded_mask, keys, key)
             counter = torch.where(seeded_mask, 0, counter)
-        p = self.params
-        if self._eager is not None:  # in place, on the eager step's buffers
-            self._packed = self._eager.reset(self._packed, key, counter, mask)
-            obs = self._eager.observe(self._packed)
-        else:
-            game, pending = unpack(self._packed)
-            game = core.restart(p, game, mask, core.draw(p, key, counter))
-            self._packed, counter = pack(game, pending & ~mask), counter + mask
-            obs = COMPILED_OBSERVERS[p.obs_mode](p, game)
+        self._packed = self._step.reset(self._packed, key, counter, mask)  # counter advances
         self._key, self._counter = key, counter
         self._needs_reset = False
-        return obs, {}
+        return self._step.observe(self._packed), {}
 
     def step(
         self, actions: Any
@@ -214,8 +184,10 @@ class FruitCatcherVectorEnv(VectorEnv):
         self._require_open()
         if self._needs_reset:
             raise RuntimeError("call reset() before step()")
-        actions = self._as_actions(actions)
-        out = self._step_compiled(actions) if self._compiled else self._step_eager(actions)
+        actions = inputs.as_actions(actions, self.num_envs, self.device)
+        self._packed, out = self._action_check.step(
+            self._step, self._packed, self._key, self._counter, actions
+        )
         info: dict[str, Any] = {
             "episode": dict(zip(EPISODE_KEYS, out.episode, strict=True)),
             "_episode": out.ended,
@@ -245,7 +217,8 @@ class FruitCatcherVectorEnv(VectorEnv):
         try:
             self.check_actions()
         finally:
-            self._eager = self._compiled = None
+            # What a closed env holds: one game, and a step for one (no package, no buffers).
+            self._step = EagerStep(self.params, MODE_NAMES[self.autoreset_mode], 1, self.device)
             self._state = core.empty_state(self.params, 1, self.device)
             self._needs_reset = self._closed = True
 
@@ -267,73 +240,21 @@ class FruitCatcherVectorEnv(VectorEnv):
 
     @validate_actions.setter
     def validate_actions(self, value: bool | str) -> None:
-        if not (isinstance(value, bool) or (isinstance(value, str) and value in ACTION_CHECKS)):
-            raise ValueError(
-                f"validate_actions must be True, False, 'immediate' or 'deferred', got {value!r}"
-            )
+        check = action_checks.resolve(value, self.device)
         self._validate = value
-        if value is True:
-            value = "immediate" if self.device.type == "cpu" else "deferred"
-        self._check: str | None = value or None  # type: ignore[assignment]
-        if self._check == "deferred" and self._bad is None:
-            self._bad = (
-                torch.zeros((), dtype=torch.bool, device=self.device),
-                torch.zeros(self.num_envs, dtype=torch.int64, device=self.device),
-            )
+        if check == "deferred":  # one record for the env's life: a pending error survives
+            self._deferred = self._deferred or DeferredCheck(self.num_envs, self.device)
+            self._action_check: ActionCheck = self._deferred
+        else:
+            self._action_check = ImmediateCheck() if check == "immediate" else NoCheck()
 
     def check_actions(self) -> None:
         """Raise a `ValueError` naming the first sub-env, and its value, that got an action
         outside {0, 1, 2} in a step since the last check, with deferred validation (a no-op
         otherwise). This reads one flag from the device: call it where a sync happens anyway
         (after a rollout, say). `reset()`, `render()` and `close()` call it."""
-        if self._bad is None or not self._unchecked_steps:
-            return
-        self._unchecked_steps = 0
-        flag, first = self._bad
-        if bool(flag):  # the host sync
-            flag.zero_()
-            raise _invalid_action(
-                first, " (in a step since the last check, which ran with it clamped to [0, 2])"
-            )
-
-    def _record(self, invalid: torch.Tensor, actions: torch.Tensor) -> None:
-        """Deferred validation: keep the actions of the first step with an invalid one."""
-        flag, first = self._bad  # type: ignore[misc]
-        torch.where(flag, first, actions, out=first)
-        flag.logical_or_(invalid)
-        self._unchecked_steps += 1
-
-    # -- the two steps -------------------------------------------------------------------------
-
-    def _checked(self, actions: torch.Tensor) -> torch.Tensor:
-        """The actions a step may take: checked now ("immediate"), or clamped (and recorded
-        when "deferred"); the compiled step clamps and flags in its graph."""
-        if self._check == "immediate":
-            low, high = torch.aminmax(actions)
-            if int(low) < 0 or int(high) > 2:  # host reads: free on the CPU
-                raise _invalid_action(actions)
-            return actions
-        if self._compiled is not None:
-            return actions
-        clamped = actions.clamp(0, 2)
-        if self._check == "deferred":
-            self._record((clamped != actions).any(), actions)
-        return clamped
-
-    def _step_eager(self, actions: torch.Tensor) -> StepOutput:
-        self._packed, out = self._eager(  # type: ignore[misc]
-            self._packed, self._key, self._counter, self._checked(actions)
-        )
-        return out
-
-    def _step_compiled(self, actions: torch.Tensor) -> StepOutput:
-        checked = self._checked(actions).to(torch.int64).contiguous()
-        t = self._compiled(self._packed, self._key, self._counter, checked)  # type: ignore[misc]
-        if self._check == "deferred":
-            self._record(t.invalid, actions)
-        # One tensor each (not views of one): DLPack consumers such as JAX copy unaligned views.
-        terminated, truncated, ended = (flag.to(torch.bool) for flag in t.flags)
-        return StepOutput(t.obs, t.reward, terminated, truncated, ended, t.episode, t.final_obs)
+        if self._deferred is not None:
+            self._deferred.raise_pending()
 
     # -- sub-env state snapshots (the duck-typed protocol in docs/env.md) ------------------------
 
@@ -344,7 +265,7 @@ class FruitCatcherVectorEnv(VectorEnv):
         """
         if self._needs_reset:
             raise RuntimeError("call reset() before snapshot_state()")
-        index = self._state_index(index)
+        index = inputs.as_index(index, self.device)
         return SubEnvSnapshot(
             self._packed.index_select(1, index),
             self._key.index_select(0, index),
@@ -360,7 +281,7 @@ class FruitCatcherVectorEnv(VectorEnv):
         """
         if self._needs_reset:
             raise RuntimeError("call reset() before restore_state()")
-        index = self._state_index(index)
+        index = inputs.as_index(index, self.device)
         if not isinstance(snapshot, (tuple, list)) or len(snapshot) != len(SubEnvSnapshot._fields):
             raise ValueError(
                 "snapshot must be what snapshot_state() returned (or its tensors as a tuple), "
@@ -379,14 +300,7 @@ class FruitCatcherVectorEnv(VectorEnv):
         self._key.index_copy_(0, index, snapshot.key)
         self._counter.index_copy_(0, index, snapshot.counter)
 
-    def _state_index(self, index: Any) -> torch.Tensor:
-        if not isinstance(index, torch.Tensor):
-            index = torch.from_numpy(_integer_array(index, "index"))
-        if index.dim() != 1 or index.dtype.is_floating_point or index.dtype == torch.bool:
-            raise ValueError(
-                f"index must be a 1-D integer tensor, got {index.dtype} {tuple(index.shape)}"
-            )
-        return index.to(self.device, torch.int64)
+    # -- the game state ------------------------------------------------------------------------
 
     @property
     def state(self) -> core.FruitState:
@@ -402,7 +316,7 @@ class FruitCatcherVectorEnv(VectorEnv):
     @property
     def pending(self) -> torch.Tensor:
         """NEXT_STEP: sub-envs whose episode ended on the last step (they restart next step)."""
-        return self._pending
+        return unpack(self._packed)[1]
 
     @property
     def _state(self) -> core.FruitState:
@@ -416,257 +330,8 @@ class FruitCatcherVectorEnv(VectorEnv):
         n = state.basket.shape[0]
         packed = getattr(self, "_packed", None)
         if packed is not None and packed.shape[1] == n:
-            pending = unpack(packed)[1]
+            pending = self.pending
         else:
             pending = torch.zeros(n, dtype=torch.bool, device=state.basket.device)
         self._packed = pack(core.Game.of(state), pending)
         self._key, self._counter = state.key.clone(), state.counter.clone()
-
-    @property
-    def _pending(self) -> torch.Tensor:
-        """NEXT_STEP: sub-envs whose episode ended on the last step (they restart next step)."""
-        return unpack(self._packed)[1]
-
-    # -- input checks --------------------------------------------------------------------------
-
-    def _as_actions(self, actions: Any) -> torch.Tensor:
-        if not isinstance(actions, torch.Tensor):
-            actions = torch.from_numpy(_integer_array(actions, "actions"))
-        elif actions.layout != torch.strided:
-            raise ValueError(f"actions must be a dense tensor, got {actions.layout}")
-        if actions.shape != (self.num_envs,):
-            raise ValueError(
-                f"actions must have shape ({self.num_envs},), got {tuple(actions.shape)}"
-            )
-        if (
-            actions.dtype.is_floating_point
-            or actions.dtype.is_complex
-            or actions.dtype == torch.bool
-        ):
-            raise ValueError(f"actions must have an integer dtype, got {actions.dtype}")
-        if actions.dtype in _WIDE_UNSIGNED:  # torch has few kernels for these dtypes
-            actions = actions.to(torch.int64)
-        # The range check (or the clamp) is the step's: see `_step_eager`, `_step_compiled`.
-        if actions.device == self.device:
-            return actions
-        return _to_device(actions, self.device, "actions", non_blocking=True)
-
-    def _reset_mask(self, mask: Any) -> torch.Tensor:
-        if mask is None:
-            return torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
-        if not isinstance(mask, torch.Tensor):
-            try:
-                array = np.asarray(mask)
-            except ValueError as err:
-                raise ValueError(f"options['reset_mask'] is not an array: {err}") from None
-            if array.dtype != np.bool_:
-                raise ValueError(
-                    f"options['reset_mask'] must be a bool array, got dtype {array.dtype}"
-                )
-            mask = torch.from_numpy(array)
-        elif mask.layout != torch.strided:
-            raise ValueError("options['reset_mask'] must be a dense tensor")
-        if mask.shape != (self.num_envs,) or mask.dtype != torch.bool:
-            raise ValueError(
-                f"options['reset_mask'] must be a bool array of shape ({self.num_envs},), "
-                f"got {mask.dtype} {tuple(mask.shape)}"
-            )
-        return _to_device(mask, self.device, "options['reset_mask']")
-
-    def _seeded_mask(
-        self, seed: int | Sequence[int | None] | None, mask: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Which sub-envs get a new key from `seed`, and those keys; None if no seed given."""
-        if seed is None:
-            return None
-        n = self.num_envs
-        if isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_)):
-            base = rng.normalize_seed(seed)
-            seeds = (np.arange(n, dtype=np.uint64) + np.uint64(base % 2**64)).astype(np.uint64)
-            given = np.ones(n, dtype=bool)
-        elif isinstance(seed, Sequence) and not isinstance(seed, str):
-            if len(seed) != n:
-                raise ValueError(f"seed list must have num_envs={n} entries, got {len(seed)}")
-            given = np.array([s is not None for s in seed], dtype=bool)
-            seeds = np.array(
-                [0 if s is None else rng.normalize_seed(s) % 2**64 for s in seed], dtype=np.uint64
-            )
-        else:
-            raise ValueError(f"seed must be an int, a list of num_envs ints, or None; got {seed!r}")
-        keys = torch.from_numpy(rng.seed_keys(seeds)).to(self.device)
-        return torch.from_numpy(given).to(self.device) & mask, keys
-
-
-_WIDE_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
-_LOGGED: set[str] = set()
-
-
-def _log_once(message: str, *args: object) -> None:
-    """INFO on the `fruit_env` logger, once per process for each distinct message."""
-    text = message % args
-    if text not in _LOGGED:
-        _LOGGED.add(text)
-        log.info(text)
-
-
-def _runnable_compile_mode(requested: str, device: torch.device) -> str:
-    """`requested`, except CUDA graphs off CUDA: the default mode there, with a log line."""
-    if requested == "reduce-overhead" and device.type != "cuda":
-        _log_once(
-            f"FruitCatcher: compile_mode='reduce-overhead' (CUDA graphs) needs CUDA; "
-            f"the {device.type} step runs as compile_mode='default'"
-        )
-        return "default"
-    return requested
-
-
-def _compiled_step(
-    choice: bool | str,
-    params: FruitParams,
-    mode: AutoresetMode,
-    device: torch.device,
-    compile_mode: str = "default",
-) -> compiled.CompiledStep | compiled.GraphedStep | None:
-    """The compiled step that `compile=choice` asks for, or None for the eager step."""
-    if choice is False:
-        return None
-    if not compiled.supported(device):
-        if choice is True:
-            log.warning(
-                "FruitCatcher: compile=True, but this torch builds no compiled step for %s "
-                "devices; running the eager step",
-                device.type,
-            )
-        else:
-            _log_once("FruitCatcher: eager step on %s (compile='auto')", device.type)
-        return None
-    cached = compiled.is_cached(params, mode, device, compile_mode)
-    if choice == "auto" and device.type != "cuda" and not cached:
-        _log_once(
-            "FruitCatcher: eager step on %s (compile='auto': no compiled step for these rules, "
-            "%s, %s observations in %s; compile=True builds it, once per machine)",
-            device.type,
-            mode.name,
-            params.obs_mode,
-            compiled.cache_dir(),
-        )
-        return None
-    try:
-        step = compiled.load(params, mode, device, compile_mode)
-    except Exception as err:  # no C++ compiler, say: the eager step gives the same games
-        log.warning("FruitCatcher: building the compiled step failed (%s); running eager", err)
-        return None
-    if choice == "auto":
-        reason = "CUDA" if device.type == "cuda" else "cached"
-        _log_once(
-            "FruitCatcher: compiled step on %s (compile='auto': %s) for %s, %s observations",
-            device.type,
-            reason,
-            mode.name,
-            params.obs_mode,
-        )
-    return step
-
-
-def check_size(params: FruitParams, num_envs: int, device: torch.device) -> None:
-    """Refuse a batch whose state and observations would not fit in the device's memory,
-    with a `ValueError` naming the arguments that size them."""
-    memory = _device_memory(device)
-    if memory is None:
-        return
-    state = 4 * (3 * params.max_fruits + 6)
-    if params.obs_mode == "pixels":
-        obs, lower = params.height * params.width, "num_envs, width or height"
-        sized = f"width={params.width}, height={params.height}, max_fruits={params.max_fruits}"
-    else:
-        obs, lower = 4 * params.obs_size, "num_envs or max_fruits"
-        sized = f"max_fruits={params.max_fruits}"
-    need = num_envs * (state + obs)
-    if need > memory:
-        raise ValueError(
-            f"num_envs={num_envs} games with {sized} need {need / 2**30:,.1f} GiB for one state "
-            f"and one {params.obs_mode} observation, more than the {memory / 2**30:,.1f} GiB "
-            f"of {device}: lower {lower}"
-        )
-
-
-def _device_memory(device: torch.device) -> int | None:
-    """Bytes of memory of `device` (the CPU's: physical RAM), None if unknown."""
-    if device.type == "cuda":
-        return int(torch.cuda.get_device_properties(device).total_memory)
-    if device.type == "cpu" and hasattr(os, "sysconf"):
-        try:
-            return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-        except (ValueError, OSError):
-            return None
-    return None
-
-
-def _invalid_action(actions: torch.Tensor, suffix: str = "") -> ValueError:
-    """The error for the first action outside {0, 1, 2} (reads `actions` on the host)."""
-    index = int(((actions < 0) | (actions > 2)).nonzero()[0, 0])
-    return ValueError(
-        f"actions must be 0, 1 or 2; sub-env {index} got {int(actions[index])}{suffix}"
-    )
-
-
-def _to_device(
-    tensor: torch.Tensor, device: torch.device, name: str, non_blocking: bool = False
-) -> torch.Tensor:
-    try:
-        return tensor.to(device, non_blocking=non_blocking)
-    except NotImplementedError:  # a meta tensor has no data to copy
-        raise ValueError(
-            f"{name} must be a tensor with data for an env on {device}, got one on {tensor.device}"
-        ) from None
-
-
-def _integer_array(values: Any, name: str) -> np.ndarray:
-    """numpy integers from array-likes, or a `ValueError` naming `name`."""
-    try:
-        array = np.asarray(values)
-    except ValueError as err:  # ragged nesting
-        raise ValueError(f"{name} must be an array of integers: {err}") from None
-    if array.dtype.kind not in "iu":  # bool, float, strings, objects
-        raise ValueError(f"{name} must have an integer dtype, got {array.dtype}")
-    if array.dtype.kind == "u" and array.dtype.itemsize > 1:  # few torch kernels for these
-        array = array.astype(np.int64)
-    if not array.flags.writeable:  # torch cannot alias read-only memory
-        array = array.copy()
-    return array
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """A `torch.device` that exists on this machine, or a `ValueError` naming the problem."""
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device {device!r} is not a valid torch device: {err}") from None
-    if resolved.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} requested but CUDA is not available")
-        index = resolved.index if resolved.index is not None else torch.cuda.current_device()
-        if index >= torch.cuda.device_count():
-            raise ValueError(
-                f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) exist"
-            )
-        resolved = torch.device("cuda", index)
-    elif resolved.type in ("mps", "xpu"):
-        backend = torch.backends.mps if resolved.type == "mps" else getattr(torch, "xpu", None)
-        if backend is None or not backend.is_available():
-            raise ValueError(f"device {device!r} requested but {resolved.type} is not available")
-    elif resolved.type not in ("cpu", "meta"):  # meta: shapes only, for tests (class docstring)
-        raise ValueError(f"device {device!r}: unsupported device type {resolved.type!r}")
-    return resolved
-
-
-def parse_autoreset_mode(mode: AutoresetMode | str) -> AutoresetMode:
-    """Accept the enum, its value ("NextStep") or its name ("next_step", any case)."""
-    if isinstance(mode, AutoresetMode):
-        return mode
-    if isinstance(mode, str):
-        for member in AutoresetMode:
-            if mode in (member.value, member.name) or mode.upper() == member.name:
-                return member
-    choices = [m.name for m in AutoresetMode]
-    raise ValueError(f"autoreset_mode must be an AutoresetMode or one of {choices}, got {mode!r}")

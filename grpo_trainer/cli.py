@@ -1,4 +1,4 @@
-"""Command line: `python -m grpo_trainer train | eval | play | sweep` (also the `grpo` script).
+"""Command line: `python -m grpo_trainer train | eval | play | sweep | check` (also `grpo`).
 
 Every field of `GRPOConfig` and `RunConfig` is a flag (`num_groups` -> `--num-groups`),
 generated from the dataclasses so the two can never disagree.
@@ -160,7 +160,38 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--fps", type=int, default=10)
     play.add_argument("--seed", type=int, default=0)
     play.add_argument("--device", default="cpu")
+
+    _add_check_command(sub)
     return parser
+
+
+def _add_check_command(sub: Any) -> None:
+    """`check`'s flags (they are `check_vector_env`'s arguments, not config fields)."""
+    check = sub.add_parser(
+        "check",
+        help="check a vector env's conformance, built as the trainer builds it",
+        description="Run grpo_trainer.checker.check_vector_env on ENV_ID as train would make "
+        "it (gymnax:, envpool: and minatar: ids included; the env's fast options, which "
+        "--env-kwargs override). Exit 0: no check failed; 1: one did; 2: a usage error.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    check.add_argument("env_id", help="an env id as --env takes it, e.g. CartPole-v1")
+    check.add_argument("--num-envs", type=int, default=4)
+    check.add_argument(
+        "--env-kwargs", type=_json_dict, default={}, metavar="JSON", help="as train's"
+    )
+    check.add_argument(
+        "--vectorization-mode",
+        choices=("sync", "vector_entry_point"),
+        default=None,
+        help="make_vec's vectorization_mode (default: the env's vector entry point if any)",
+    )
+    check.add_argument("--steps", type=int, default=64, help="steps per trajectory")
+    check.add_argument("--max-steps", type=int, default=1000, help="steps to find an episode end")
+    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--device", default="auto")
+    check.add_argument("--strict-syncs", action="store_true", help="host syncs fail on the CPU too")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def config_from_args(args: argparse.Namespace) -> GRPOConfig:
@@ -305,6 +336,47 @@ def _play(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    """The conformance checks on the env `train` would build (`make_envs`), at two sizes for
+    the num_envs invariance check; 0 when no check failed, 1 when one did."""
+    from grpo_trainer.accel import resolve_device
+    from grpo_trainer.checker import check_vector_env
+    from grpo_trainer.envs import make_envs
+
+    for flag in ("num_envs", "steps", "max_steps"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"argument {_flag(flag)}: must be at least 1")
+    device = resolve_device(args.device)
+    run = RunConfig(env=args.env_id, env_kwargs=args.env_kwargs, device=args.device, seed=args.seed)
+    config = GRPOConfig(run=run)
+    mode = args.vectorization_mode
+    extra = {} if mode is None else {"vectorization_mode": mode}
+
+    def make(num_envs: int) -> Any:
+        return make_envs(config, num_envs, device, **extra)
+
+    try:
+        env = make(args.num_envs)
+    except (TypeError, ValueError) as err:  # the env's own check of its kwargs
+        raise ValueError(
+            f"argument env_id/--env-kwargs: cannot make {args.env_id!r} with "
+            f"{args.env_kwargs}: {err}"
+        ) from None
+    try:
+        report = check_vector_env(
+            env,
+            seed=args.seed,
+            steps=args.steps,
+            max_steps=args.max_steps,
+            strict_syncs=args.strict_syncs,
+            make_env=make,
+        )
+    finally:
+        env.close()
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report)
+    return 0 if report.ok else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -312,7 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    command = {"train": _train, "eval": _eval, "play": _play, "sweep": _sweep}[args.command]
+    commands = {"train": _train, "eval": _eval, "play": _play, "sweep": _sweep, "check": _check}
+    command = commands[args.command]
     del args.command, args.verbose
     name = command.__name__[1:]
     try:

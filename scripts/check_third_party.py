@@ -1,4 +1,4 @@
-"""Run `fruit_env.checker.check_vector_env` on third-party vector envs that are installed and
+"""Run `grpo_trainer.checker.check_vector_env` on third-party vector envs that are installed and
 print one markdown table of the findings (docs/integrations.md, "Checking any vector env").
 
     python scripts/check_third_party.py [--steps 64] [--json]
@@ -20,7 +20,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from fruit_env.checker import CHECKS, CheckReport, check_vector_env
+from grpo_trainer.checker import CHECKS, CheckReport, check_vector_env
 from grpo_trainer.envs import FACTORIES
 
 NUM_ENVS = 4

@@ -1,4 +1,4 @@
-"""`fruit_env.checker.check_vector_env` and `python -m fruit_env check`.
+"""`grpo_trainer.checker.check_vector_env` and `python -m grpo_trainer check`.
 
 FruitCatcher passes in every autoreset and observation mode; Gymnasium's own vector envs
 pass with the warnings they earn (and skip the sub-env state check: they offer no snapshots);
@@ -23,8 +23,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
-from fruit_env.checker import CHECKS, Check, CheckReport, check_vector_env
-from fruit_env.cli import main
+from fruit_env import cli as fruit_env_cli
+from grpo_trainer import cli
+from grpo_trainer.checker import CHECKS, Check, CheckReport, check_vector_env
 
 SHORT = {"max_episode_steps": 24}  # episodes end within the search for an end
 ALL_PASS = dict.fromkeys(CHECKS, "pass")
@@ -582,31 +583,61 @@ def test_silently_clamped_actions_warn() -> None:
 # -- the CLI ---------------------------------------------------------------------------------
 
 
+def grpo(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """`python -m grpo_trainer ARGV`: the exit status, stdout and stderr."""
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # usage errors leave through argparse
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def test_cli_check_passes_with_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["check", "FruitCatcher-v0", "--num-envs", "3", "--steps", "8"]
-    assert main([*argv, "--env-kwargs", json.dumps(SHORT)]) == 0
-    out = capsys.readouterr().out
+    """The env is built as `train` builds it: with its fast options (Fruit Catcher: no
+    per-step action check, so no host sync, and invalid actions clamped silently)."""
+    argv = ["check", "FruitCatcher-v0", "--num-envs", "3", "--steps", "8", "--device", "cpu"]
+    code, out, _ = grpo([*argv, "--env-kwargs", json.dumps(SHORT)], capsys)
+    assert code == 0, out
     assert "FruitCatcher-v0 (FruitCatcherVectorEnv): ok" in out
     assert "num_envs_invariance  pass" in out  # the CLI passes make_env
+    assert "host_syncs           pass" in out and "invalid_actions      warn" in out
 
 
 def test_cli_check_failure_exits_1_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["check", "FruitCatcher-v0", "--num-envs", "2", "--steps", "4", "--strict-syncs"]
-    assert main([*argv, "--env-kwargs", json.dumps(SHORT), "--json"]) == 1
-    report = json.loads(capsys.readouterr().out)
+    kwargs = {**SHORT, "validate_actions": True}  # the user's env_kwargs win over fast options
+    code, out, _ = grpo([*argv, "--env-kwargs", json.dumps(kwargs), "--json"], capsys)
+    assert code == 1
+    report = json.loads(out)
     assert report["ok"] is False
     assert {c["name"]: c["status"] for c in report["checks"]}["host_syncs"] == "fail"
 
 
 def test_cli_check_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["check", "NoSuchEnv-v0"]) == 2
-    assert "NoSuchEnv" in capsys.readouterr().err
-    for trainer_id in ("gymnax:CartPole-v1", "envpool:CartPole-v1"):  # not Gymnasium's CartPole
-        assert main(["check", trainer_id]) == 2
-        assert "not a Gymnasium id" in capsys.readouterr().err
-    assert main(["check", "FruitCatcher-v0", "--env-kwargs", '{"width": "wide"}']) == 2
-    assert "cannot make FruitCatcher-v0" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exit_:
-        main(["check", "FruitCatcher-v0", "--env-kwargs", "[1]"])
-    assert exit_.value.code == 2
-    assert "must be a JSON object" in capsys.readouterr().err
+    code, _, err = grpo(["check", "NoSuchEnv-v0"], capsys)
+    assert code == 2 and "NoSuchEnv" in err
+    code, _, err = grpo(["check", "FruitCatcher-v0", "--env-kwargs", '{"width": "wide"}'], capsys)
+    assert code == 2 and "cannot make 'FruitCatcher-v0'" in err
+    code, _, err = grpo(["check", "FruitCatcher-v0", "--env-kwargs", "[1]"], capsys)
+    assert code == 2 and "expected a JSON object" in err
+    code, _, err = grpo(["check", "FruitCatcher-v0", "--num-envs", "0"], capsys)
+    assert code == 2 and "argument --num-envs: must be at least 1" in err
+
+
+def test_cli_check_builds_the_trainers_ids(capsys: pytest.CaptureFixture[str]) -> None:
+    """`gymnax:CartPole-v1` is the trainer's gymnax env (`GymnaxVectorEnv`), not Gymnasium's
+    CartPole that make_vec would build after importing gymnax."""
+    pytest.importorskip("gymnax")
+    argv = ["check", "gymnax:CartPole-v1", "--num-envs", "3", "--steps", "8", "--device", "cpu"]
+    code, out, _ = grpo([*argv, "--json"], capsys)
+    report = json.loads(out)
+    assert "GymnaxVectorEnv" in report["env"], report["env"]
+    assert code == (0 if report["ok"] else 1)
+
+
+def test_fruit_env_check_names_the_new_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert fruit_env_cli.main(["check", "FruitCatcher-v0", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert "python -m grpo_trainer check ENV_ID" in err

@@ -1,9 +1,11 @@
 """The compiled step and the `compile` argument.
 
 `compile=True` builds the compiled step once (a package in the cache folder, one for every
-`num_envs`) and runs it; `"auto"`, the default, runs it when it is cached (or on CUDA) and
-the eager step otherwise, and logs its choice once; `False` never does. The compiled step's
-games are the eager step's, bit for bit.
+`num_envs`, with a measurement of both steps beside it) and runs it; `"auto"`, the default,
+runs it where the package is cached (or the device is CUDA) and its measurement says it is
+the faster step, the eager step otherwise, and logs its choice once; `False` never does.
+The compiled step's games are the eager step's, bit for bit. The choice is tested with
+planted measurements: no test depends on a timing.
 
 Packages built here go to a folder under the system's temporary directory that persists
 between runs (as torch's own inductor cache does), so only the first run pays the compiles.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,7 +28,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from fruit_env import FruitCatcherVectorEnv, compiled
-from fruit_env.syncs import SyncCounter
+from grpo_trainer.syncs import SyncCounter
 
 SHORT = {"width": 8, "height": 6, "win_score": 3, "lose_score": -3, "max_episode_steps": 6}
 TEST_CACHE = Path(tempfile.gettempdir()) / "fruit_env_test_cache"
@@ -42,6 +45,19 @@ def shared_cache(monkeypatch: pytest.MonkeyPatch) -> Path:
 def empty_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("FRUIT_ENV_CACHE_DIR", str(tmp_path))
     return tmp_path
+
+
+def planted(folder: Path, package: Path, seconds: dict[int, tuple[float, float]]) -> Path:
+    """`folder` as a cache holding a copy of `package` and a measurement (eager and compiled
+    seconds per step by num_envs) planted beside it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / package.name
+    shutil.copyfile(package, copy)
+    compiled.save_measurement(copy, compiled.Measurement(seconds, threads=1))
+    return folder
+
+
+COMPILED_FASTER = {256: (4.0, 1.0), 2048: (2.0, 1.0), 16384: (2.0, 1.0)}
 
 
 def rollout(env: FruitCatcherVectorEnv, steps: int, seed: int) -> list[np.ndarray]:
@@ -82,6 +98,83 @@ def test_compile_false_never_loads_a_package(shared_cache: Path) -> None:
     assert FruitCatcherVectorEnv(3, compile=False, **SHORT).compiled is False
 
 
+def test_auto_decides_by_the_measured_size_nearest_num_envs() -> None:
+    """The stored measurement decides, at the measured size nearest num_envs on a log scale;
+    a tie goes to the eager step; without a measurement, CUDA runs the compiled step."""
+    measured = compiled.Measurement({256: (2.0, 1.0), 2048: (1.0, 1.0), 16384: (1.0, 1.25)}, 1)
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert [measured.nearest(n) for n in (1, 700, 800, 5000, 10**6)] == [
+        256,
+        256,
+        2048,
+        2048,
+        16384,
+    ]
+    assert compiled.auto_choice(measured, 300, cpu) == (
+        True,
+        "measured 2.00x faster than the eager step at 256 envs, the measured size nearest 300",
+    )
+    assert compiled.auto_choice(measured, 16384, cpu) == (
+        False,
+        "the compiled step measured 1.25x slower at 16384 envs, the measured size nearest 16384",
+    )
+    assert compiled.auto_choice(measured, 2048, cpu)[0] is False
+    assert compiled.auto_choice(measured, 20000, cuda)[0] is False  # measured otherwise
+    assert compiled.auto_choice(measured, 100, cuda)[0] is True
+    assert compiled.auto_choice(None, 20000, cuda) == (True, "CUDA, not measured")
+    assert compiled.auto_choice(None, 100, cpu)[0] is False
+
+
+def test_a_measurement_is_kept_beside_its_package(tmp_path: Path) -> None:
+    package = tmp_path / "step-next_step-features-cpu-0123.pt2"
+    measured = compiled.Measurement({256: (1e-4, 2e-5), 16384: (1e-3, 9e-4)}, threads=2)
+    compiled.save_measurement(package, measured)
+    assert compiled.measurement_path(package).parent == tmp_path
+    assert compiled.stored_measurement(package) == measured
+    assert [p.name for p in tmp_path.iterdir()] == [compiled.measurement_path(package).name]
+    compiled.measurement_path(package).write_text("{")  # torn or foreign: as if none
+    assert compiled.stored_measurement(package) is None
+    assert compiled.stored_measurement(tmp_path / "other.pt2") is None
+
+
+@pytest.mark.slow
+def test_auto_runs_the_step_its_stored_measurement_says_is_faster(
+    shared_cache: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Through the env: one cached package, a planted measurement in which the compiled step
+    wins small batches and loses large ones; "auto" follows it and says why, once;
+    compile=True still runs the compiled step. A package without a measurement is measured
+    once, and the measurement kept."""
+    built = FruitCatcherVectorEnv(2, compile=True, **SHORT)
+    package = compiled.package_path(built.params, AutoresetMode.NEXT_STEP, built.device)
+    seconds = {256: (3.0, 1.0), 2048: (1.0, 1.5), 16384: (1.0, 1.5)}
+    monkeypatch.setenv("FRUIT_ENV_CACHE_DIR", str(planted(tmp_path / "a", package, seconds)))
+    caplog.set_level(logging.INFO, logger="fruit_env")
+    assert FruitCatcherVectorEnv(37, **SHORT).compiled is True
+    assert FruitCatcherVectorEnv(9000, **SHORT).compiled is False
+    assert FruitCatcherVectorEnv(9000, **SHORT).compiled is False
+    assert FruitCatcherVectorEnv(9000, compile=True, **SHORT).compiled is True
+    choices = [r.getMessage() for r in caplog.records if "compile='auto'" in r.getMessage()]
+    assert choices == [
+        "FruitCatcher: compiled step on cpu (compile='auto': measured 3.00x faster than the "
+        "eager step at 256 envs, the measured size nearest 37) for NEXT_STEP, features "
+        "observations",
+        "FruitCatcher: eager step on cpu (compile='auto': the compiled step measured 1.50x "
+        "slower at 16384 envs, the measured size nearest 9000; compile=True runs it) for "
+        "NEXT_STEP, features observations",
+    ]
+    unmeasured = tmp_path / "b"
+    unmeasured.mkdir()
+    shutil.copyfile(package, unmeasured / package.name)
+    monkeypatch.setenv("FRUIT_ENV_CACHE_DIR", str(unmeasured))
+    FruitCatcherVectorEnv(3, **SHORT)  # either step: the machine's timing decides
+    measured = compiled.stored_measurement(unmeasured / package.name)
+    assert measured is not None and tuple(measured.seconds) == compiled.MEASURED_SIZES
+
+
 CASES = [
     (AutoresetMode.NEXT_STEP, "features"),
     (AutoresetMode.SAME_STEP, "pixels"),
@@ -92,10 +185,16 @@ CASES = [
 @pytest.mark.slow
 @pytest.mark.parametrize(("mode", "obs_mode"), CASES, ids=[f"{m.name}-{o}" for m, o in CASES])
 def test_compiled_step_matches_eager(
-    shared_cache: Path, mode: AutoresetMode, obs_mode: str, caplog: pytest.LogCaptureFixture
+    shared_cache: Path,
+    mode: AutoresetMode,
+    obs_mode: str,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """compile=True gives bit-identical outputs and state to the eager step across episode
-    ends, for two batch sizes from one package; "auto" then finds the package and runs it."""
+    ends, for two batch sizes from one package, measured at its build; "auto" then finds the
+    package and, where it is measured faster, runs it."""
     rules: dict[str, Any] = {**SHORT, "autoreset_mode": mode, "obs_mode": obs_mode}
     for n in (8, 3):
         eager = FruitCatcherVectorEnv(n, compile=False, **rules)
@@ -105,16 +204,24 @@ def test_compiled_step_matches_eager(
             assert got.dtype == expected.dtype
             assert np.array_equal(got, expected)
     packages = list(shared_cache.glob(f"step-{mode.name.lower()}-{obs_mode}-cpu-*.pt2"))
-    assert compiled.package_path(built.params, mode, built.device) in packages
+    package = compiled.package_path(built.params, mode, built.device)
+    assert package in packages
+    measured = compiled.stored_measurement(package)
+    assert measured is not None and tuple(measured.seconds) == compiled.MEASURED_SIZES
+    monkeypatch.setenv("FRUIT_ENV_CACHE_DIR", str(planted(tmp_path, package, COMPILED_FASTER)))
     caplog.set_level(logging.INFO, logger="fruit_env")
-    assert FruitCatcherVectorEnv(5, **rules).compiled is True  # auto: cached
+    assert FruitCatcherVectorEnv(5, **rules).compiled is True  # auto: cached, measured faster
     assert not any("compiling" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.slow
-def test_a_second_process_loads_the_package_without_compiling(shared_cache: Path) -> None:
+def test_a_second_process_loads_the_package_without_compiling(
+    shared_cache: Path, tmp_path: Path
+) -> None:
     """What the cache is for: a new process (any num_envs) steps at once, compiling nothing."""
-    FruitCatcherVectorEnv(2, compile=True, **SHORT)  # built (or found) by this process
+    built = FruitCatcherVectorEnv(2, compile=True, **SHORT)  # built (or found) by this process
+    package = compiled.package_path(built.params, AutoresetMode.NEXT_STEP, built.device)
+    cache = planted(tmp_path, package, COMPILED_FASTER)
     code = (
         "import logging, sys, torch\n"
         "logging.basicConfig(level=logging.INFO, stream=sys.stdout)\n"
@@ -124,13 +231,16 @@ def test_a_second_process_loads_the_package_without_compiling(shared_cache: Path
         "env.step(torch.ones(11, dtype=torch.int64))\n"
         "print('compiled', env.compiled)\n"
     )
-    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "FRUIT_ENV_CACHE_DIR": str(cache)}
     done = subprocess.run(
         [sys.executable, "-c", code], env=environment, capture_output=True, text=True, check=True
     )
     assert "compiled True" in done.stdout, done.stdout + done.stderr
-    assert "compiling" not in done.stdout
-    assert "compiled step on cpu (compile='auto': cached) for NEXT_STEP" in done.stdout
+    assert "compiling" not in done.stdout and "timing" not in done.stdout
+    assert (
+        "compiled step on cpu (compile='auto': measured 4.00x faster than the eager step at "
+        "256 envs, the measured size nearest 11) for NEXT_STEP, features observations"
+    ) in done.stdout
 
 
 def test_compile_true_falls_back_to_eager_when_it_cannot_build(

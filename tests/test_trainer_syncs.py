@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
-from fruit_env.syncs import SyncCounter
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
 from grpo_trainer.envs import make_envs
+from grpo_trainer.syncs import SyncCounter
 
 
 def _trainer(**cfg: Any) -> GRPOTrainer:

@@ -41,7 +41,8 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
         "fruit_env.adapters.sb3 needs stable-baselines3: pip install -e '.[sb3]'"
     ) from err
 
-from fruit_env.vector_env import FruitCatcherVectorEnv, parse_autoreset_mode
+from fruit_env.inputs import parse_autoreset_mode
+from fruit_env.vector_env import FruitCatcherVectorEnv
 from fruit_env.wrappers import env_device, to_torch
 
 __all__ = ["SB3VecEnv"]

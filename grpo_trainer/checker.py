@@ -1,7 +1,7 @@
 """`check_vector_env`: a conformance checker for any Gymnasium vector env (torch, numpy or JAX
 outputs), with a named result and concrete evidence for each rule.
 
-    report = check_vector_env(gym.make_vec("FruitCatcher-v0", num_envs=4))
+    report = check_vector_env(gym.make_vec("CartPole-v1", num_envs=4))
     print(report)        # a table: check, status, evidence
     assert report.ok     # no check failed (warnings and skips do not fail)
 
@@ -23,7 +23,9 @@ The checks (`CHECKS`, in this order):
 * `invalid_actions`: out-of-range and wrong-shape actions raise a clear error.
 
 The checker steps the env it is given (and resets it at the end) but closes nothing it did not
-create; the global torch, numpy and `random` RNG states are restored when it returns.
+create; the global torch, numpy and `random` RNG states are restored when it returns. It lives
+in `grpo_trainer` because it checks what the trainer relies on, for any env;
+`python -m grpo_trainer check ENV_ID` runs it on an env built as the trainer builds it.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from fruit_env.syncs import SyncCounter
+from grpo_trainer.syncs import SyncCounter
 
 __all__ = ["CHECKS", "STATUSES", "Check", "CheckReport", "check_vector_env"]
 
