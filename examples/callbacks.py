@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
     parser.add_argument("--total-env-steps", type=int, default=2_500_000)
     parser.add_argument("--eval-every", type=int, default=250_000)
     parser.add_argument("--eval-episodes", type=int, default=1000)
-    parser.add_argument("--num-groups", type=int, default=128)
+    parser.add_argument("--num-groups", type=int, default=None, help="default: from the budget")
     parser.add_argument("--patience", type=int, default=3)
     parser.add_argument("--run-dir", default="runs/callbacks")
     args = parser.parse_args(argv)

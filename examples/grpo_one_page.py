@@ -230,11 +230,12 @@ class OnePageGRPO:
 
         # Optimise, with ρ = exp(log π(a|s) − log π_old(a|s)):
         #   L = −Σ w·min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A) / N − c_H·Σ w·H / N
-        # N = (weighted samples) / minibatches: every sample weighs the same whatever
-        # minibatch it falls in, and a long episode counts for more steps than a short one.
+        # N = (valid samples) / minibatches: every sample weighs the same whatever
+        # minibatch it falls in, a long episode counts for more steps than a short one, and
+        # steps shrink as fewer groups disagree (group steps without spread count in N).
         obs, actions = batch.obs.flatten(0, 1), batch.actions.flatten(0, 1)
         old_logp, adv, w = batch.logp.flatten(), advantages.flatten(), weights.flatten()
-        normaliser = w.sum().clamp(min=1) / cfg.minibatches
+        normaliser = valid.sum().clamp(min=1) / cfg.minibatches
         sums = {"loss": 0.0, "policy_loss": 0.0, "entropy": 0.0, "grad_norm": 0.0}
         for _ in range(cfg.epochs):
             order = torch.randperm(obs.shape[0], generator=self.generator, device=self.device)

@@ -17,9 +17,42 @@ import typing
 import warnings
 from typing import Any, Literal, get_args, get_origin
 
-# Windowed rollouts' default size: 1024 sub-envs x 32 steps, what the seed study in
-# docs/trainer.md found fastest to 0.70 on Fruit Catcher (128 x 256 learns as well).
-SAMPLES_PER_UPDATE = 32_768
+# The batch a run gets by default follows its budget (docs/trainer.md, "Defaults that
+# transfer"): about UPDATES_PER_RUN updates, each a power of two of samples between
+# MIN_SAMPLES and MAX_SAMPLES, cut into MINIBATCHES minibatches. A 300k-step budget gets 2048
+# samples per update (146 updates); 1M, 8192 (122); 2.5M and more, 16384-32768.
+UPDATES_PER_RUN = 128
+MIN_SAMPLES, MAX_SAMPLES = 2_048, 32_768
+MINIBATCHES = 8
+SAMPLES_PER_UPDATE = MAX_SAMPLES  # the most a default update holds: one trust region
+# The window follows the env's episode limit L: about L / 5 steps, a power of two between
+# MIN_WINDOW and MAX_WINDOW (MAX_WINDOW without a limit). Fruit Catcher (L = 200) and
+# Pendulum get 32, CartPole, Acrobot, LunarLander and MinAtar 128.
+MIN_WINDOW, MAX_WINDOW, WINDOW_FRACTION = 32, 128, 5
+# Adam's learning rate grows with the square root of the minibatch (Malladi et al., 2022):
+# LR_AT_REFERENCE at REFERENCE_MINIBATCH samples; 1024 samples get 5e-3, 256 get 2.5e-3.
+LR_AT_REFERENCE, REFERENCE_MINIBATCH = 1e-2, 4_096
+
+
+def samples_per_update(total_env_steps: int) -> int:
+    """The default update size for a budget: `total_env_steps / UPDATES_PER_RUN`, to the
+    nearest power of two, within [MIN_SAMPLES, MAX_SAMPLES]."""
+    target = max(total_env_steps / UPDATES_PER_RUN, 1.0)
+    return min(max(2 ** round(math.log2(target)), MIN_SAMPLES), MAX_SAMPLES)
+
+
+def window_for(episode_limit: int | None) -> int:
+    """The default window for an env with this episode limit (None: none declared)."""
+    if episode_limit is None:
+        return MAX_WINDOW
+    steps = 2 ** round(math.log2(max(episode_limit / WINDOW_FRACTION, 1.0)))
+    return min(max(steps, MIN_WINDOW), MAX_WINDOW)
+
+
+def lr_for(minibatch_size: int) -> float:
+    """The default learning rate for a minibatch size (square-root scaling)."""
+    return LR_AT_REFERENCE * math.sqrt(minibatch_size / REFERENCE_MINIBATCH)
+
 
 RolloutMode = Literal["windowed", "episodes"]
 AdvantageMode = Literal["per_step", "outcome"]
@@ -175,7 +208,11 @@ class GRPOConfig:
     docs/trainer.md: FruitCatcher-v0 past a 0.70 catch rate on every seed studied."""
 
     # -- batch and rollout --
-    num_groups: int = _field(128, "groups per rank; the env has num_groups x group_size sub-envs")
+    num_groups: int | None = _field(
+        None,
+        "groups per rank (the env has num_groups x group_size sub-envs); None: enough for "
+        "samples_per_update(total_env_steps) samples per update",
+    )
     group_size: int = _field(8, "members per group; they start alike and are compared")
     total_env_steps: int = _field(
         2_500_000, "sub-env steps to train for, over all ranks (every step simulated counts)"
@@ -185,13 +222,11 @@ class GRPOConfig:
         "'windowed': rollout_steps per update, episodes run on across updates; "
         "'episodes': every member plays one whole episode per update",
     )
-    rollout_steps: int | None = _field(
+    rollout_steps: int = _field(32, "windowed: steps every sub-env takes per update")
+    window: int | None = _field(
         None,
-        "windowed: steps every sub-env takes per update; None: enough for "
-        "SAMPLES_PER_UPDATE samples, and at least `window` (a deferred step waits one update)",
-    )
-    window: int = _field(
-        32, "windowed: look-ahead of the returns-to-go compared within a group (steps)"
+        "windowed: look-ahead of the returns-to-go compared within a group (steps); None: "
+        "from the env's episode limit L, about L / 5 within [32, 128] (window_for)",
     )
     restart_every: int = _field(
         8, "windowed: steps between the checks that restart groups whose members all ended"
@@ -219,7 +254,9 @@ class GRPOConfig:
     scale: ScaleMode = _field(
         "batch_std", "advantage scale: 'group_std' (GRPO), 'batch_std' (REINFORCE++), 'none'"
     )
-    gamma: float = _field(0.97, "discount of the returns-to-go")
+    gamma: float | None = _field(
+        None, "discount of the returns-to-go; None: 1 - 1 / window (0.97 at 32, 0.992 at 128)"
+    )
     zero_std_eps: float = _field(
         1e-6, "a group step whose returns spread no more than this carries no signal (weight 0)"
     )
@@ -232,15 +269,19 @@ class GRPOConfig:
         "samples per trust region (per rank): a larger batch is split at random into parts "
         "of this size, each re-anchoring the clipped ratio at the current policy (None: one)",
     )
-    minibatch_size: int = _field(
-        4096, "samples per gradient step (the step count grows with the batch)"
+    minibatch_size: int | None = _field(
+        None,
+        "samples per gradient step (the step count grows with the batch); None: an update's "
+        "samples / MINIBATCHES (8)",
     )
     micro_batches: int = _field(1, "gradient accumulation inside each minibatch")
     kl_coef: float = _field(0.0, "weight of the k3 KL to a frozen reference policy")
     ref_update_every: int = _field(0, "refresh the KL reference every K updates (0: never)")
     entropy_coef: float = _field(0.01, "weight of the entropy bonus")
     max_grad_norm: float = _field(1.0, "clip the global gradient norm to this")
-    lr: float = _field(1e-2, "AdamW learning rate")
+    lr: float | None = _field(
+        None, "AdamW learning rate; None: 1e-2 x sqrt(minibatch_size / 4096) (lr_for)"
+    )
     lr_schedule: Schedule = _field(
         "linear", "learning-rate schedule over the env-step budget: constant, linear, cosine"
     )
@@ -266,15 +307,24 @@ class GRPOConfig:
         for name in ("hidden_sizes", "cnn_channels"):
             if isinstance(getattr(self, name), list):
                 setattr(self, name, tuple(getattr(self, name)))
-        _check_int(self, "num_groups", minimum=1)
         _check_int(self, "group_size", minimum=2)
         _check_int(self, "total_env_steps", minimum=1)
+        _check_int(self, "rollout_steps", minimum=1)
+        if self.window is not None:
+            _check_int(self, "window", minimum=1)
+        if self.num_groups is None:  # the budget's batch (samples_per_update)
+            samples = samples_per_update(self.total_env_steps)
+            self.num_groups = max(1, samples // (self.rollout_steps * self.group_size))
+        _check_int(self, "num_groups", minimum=1)
+        if self.minibatch_size is None:
+            self.minibatch_size = max(1, self.num_envs * self.rollout_steps // MINIBATCHES)
+        if self.lr is None:
+            self.lr = lr_for(self.minibatch_size)
+        if self.gamma is None and self.window is not None:
+            self.gamma = 1.0 - 1.0 / self.window
         if self.max_episode_steps is not None:
             _check_int(self, "max_episode_steps", minimum=1)
-        if self.rollout_steps is not None:
-            _check_int(self, "rollout_steps", minimum=1)
-        for name in ("window", "restart_every"):
-            _check_int(self, name, minimum=1)
+        _check_int(self, "restart_every", minimum=1)
         _check_int(self, "branch_every", minimum=0)
         for name in ("epochs", "minibatch_size", "micro_batches"):
             _check_int(self, name, minimum=1)
@@ -287,7 +337,8 @@ class GRPOConfig:
         _check_choice(self, "lr_schedule", Schedule)
         _check_choice(self, "activation", Activation)
         _check_choice(self, "obs_storage", ObsStorage)
-        _check_float(self, "gamma", 0.0, 1.0)
+        if self.gamma is not None:
+            _check_float(self, "gamma", 0.0, 1.0)
         _check_float(self, "zero_std_eps", 0.0, math.inf)
         _check_float(self, "clip_low", 0.0, 1.0, low_open=True, high_open=True)
         _check_float(self, "clip_high", 0.0, math.inf, low_open=True)
@@ -317,14 +368,20 @@ class GRPOConfig:
 
     @property
     def num_envs(self) -> int:
+        assert self.num_groups is not None  # resolved in __post_init__
         return self.num_groups * self.group_size
 
     @property
     def steps_per_update(self) -> int:
-        """Windowed: the rollout length, `rollout_steps` or the one it defaults to."""
-        if self.rollout_steps is not None:
-            return self.rollout_steps
-        return max(-(-SAMPLES_PER_UPDATE // self.num_envs), self.window)
+        """Windowed: the rollout length."""
+        return self.rollout_steps
+
+    def for_episode_limit(self, episode_limit: int | None) -> GRPOConfig:
+        """This config with `window` (and with it `gamma`) set from the env's episode limit,
+        where they are None."""
+        if self.window is not None:
+            return self
+        return dataclasses.replace(self, window=window_for(episode_limit))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

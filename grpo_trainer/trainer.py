@@ -97,12 +97,16 @@ class GRPOTrainer:
     """GRPO on any Gymnasium vector env with `num_groups * group_size` sub-envs."""
 
     def __init__(self, envs: gym.vector.VectorEnv, config: GRPOConfig | None = None) -> None:
-        self.config = cfg = config or GRPOConfig()
+        cfg = config or GRPOConfig()
         run = cfg.run
         self.collective = distributed.collective()
         self.device = distributed.rank_device(resolve_device(run.device))
         self.amp = resolve_amp(run.amp, self.device)
         self.env = EnvIO(envs, self.device)
+        # the window follows the episode limit (the trainer's own, else the env's)
+        self.config = cfg = cfg.for_episode_limit(
+            cfg.max_episode_steps or self.env.max_episode_steps()
+        )
         if self.env.num_envs != cfg.num_envs:
             raise ValueError(
                 f"the env has {self.env.num_envs} sub-envs but num_groups x group_size = "
@@ -210,9 +214,10 @@ class GRPOTrainer:
         # re-scored, so that the clipped ratio measures this update's step, as for fresh rows.
         self.policy.train()
         obs, actions = rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1)
-        # The per-sample numbers as one (samples, 3) table: one gather per minibatch for all.
+        # The per-sample numbers as one (samples, 4) table: one gather per minibatch for all.
+        valid = rollout.valid[: rollout.obs.shape[0]].to(adv.weights.dtype)
         numbers = torch.stack(
-            (self._behaviour_logp(rollout), adv.advantages, adv.weights), dim=-1
+            (self._behaviour_logp(rollout), adv.advantages, adv.weights, valid), dim=-1
         ).flatten(0, 1)
         totals = torch.zeros(len(LossTerms._fields) + 2, device=self.device)
         steps = 0
@@ -227,7 +232,10 @@ class GRPOTrainer:
             minibatches = max(1, -(-samples // cfg.minibatch_size))
             # Every sample weighs the same whatever minibatch it falls in; DDP averages
             # gradients over ranks, so the step is that of one process on the whole region.
-            normaliser = self.collective.sum(numbers_r[:, 2].sum()).clamp_min(1.0) / (
+            # Every valid sample counts in the normaliser, those of group steps without
+            # spread too: as the policy converges and fewer groups disagree, steps shrink,
+            # instead of a few disagreeing groups steering the whole update.
+            normaliser = self.collective.sum(numbers_r[:, 3].sum()).clamp_min(1.0) / (
                 minibatches * self.collective.world_size
             )
             for _ in range(cfg.epochs):
@@ -237,7 +245,7 @@ class GRPOTrainer:
                     terms = torch.zeros(len(LossTerms._fields), device=self.device)
                     for idx in minibatch.tensor_split(cfg.micro_batches):
                         # index_select, not x[idx]: the same rows, 3x faster on the CPU
-                        old_logp, advantages, weights = numbers_r.index_select(0, idx).unbind(1)
+                        old_logp, advantages, weights, _ = numbers_r.index_select(0, idx).unbind(1)
                         out = self.loss(
                             obs_r.index_select(0, idx),
                             actions_r.index_select(0, idx),

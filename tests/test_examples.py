@@ -21,7 +21,7 @@ def test_callbacks_example_prints_evaluations_and_stops_without_improvement(
     """Evaluated after every update; the first evaluation that is no better than the best so
     far requests the stop, which takes effect after the next update (evaluated too)."""
     example = load_module(EXAMPLES / "callbacks.py", "callbacks_example")
-    per_update = 4 * 8 * 1024  # 4 groups x 8 members x the default 1024-step rollouts
+    per_update = 4 * 8 * 32  # 4 groups x 8 members x the default 32-step rollouts
     flags = ["--num-groups", "4", "--total-env-steps", str(12 * per_update), "--patience", "1"]
     flags += ["--eval-every", str(per_update), "--eval-episodes", "16"]
     trainer = example.main([*flags, "--run-dir", str(tmp_path / "run")])

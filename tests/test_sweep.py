@@ -184,7 +184,7 @@ def test_space_types_follow_the_fields() -> None:
             "eval_episodes": {"choices": [8, 16]},
             "run.seed": {"low": 0, "high": 3},
             "hidden_sizes": {"choices": [[64, 64], [32]]},
-            "rollout_steps": {"choices": [None, 32]},
+            "window": {"choices": [None, 32]},
         }
     )
     kinds = {p.name: p.kind for p in params}
@@ -194,7 +194,7 @@ def test_space_types_follow_the_fields() -> None:
         "run.eval_episodes": "choices",
         "run.seed": "int",
         "hidden_sizes": "choices",
-        "rollout_steps": "choices",
+        "window": "choices",
     }
     assert apply({"run": {}}, {"run.seed": 2, "hidden_sizes": (32,)}) == {
         "run": {"seed": 2},
