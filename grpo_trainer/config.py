@@ -32,6 +32,9 @@ MIN_WINDOW, MAX_WINDOW, WINDOW_FRACTION = 32, 128, 5
 # Adam's learning rate grows with the square root of the minibatch (Malladi et al., 2022):
 # LR_AT_REFERENCE at REFERENCE_MINIBATCH samples; 1024 samples get 5e-3, 256 get 2.5e-3.
 LR_AT_REFERENCE, REFERENCE_MINIBATCH = 1e-2, 4_096
+# Passes over an update's samples: MAX_EPOCHS when its rows waited one update for their
+# look-ahead (window <= rollout_steps, Fruit Catcher), 4 when they waited four (window 128).
+MAX_EPOCHS = 8
 
 
 def samples_per_update(total_env_steps: int) -> int:
@@ -47,6 +50,12 @@ def window_for(episode_limit: int | None) -> int:
         return MAX_WINDOW
     steps = 2 ** round(math.log2(max(episode_limit / WINDOW_FRACTION, 1.0)))
     return min(max(steps, MIN_WINDOW), MAX_WINDOW)
+
+
+def epochs_for(rollout_steps: int, window: int) -> int:
+    """The default passes over an update's samples: MAX_EPOCHS while a row waits one update
+    for its look-ahead, fewer (by the square root) as the data it trains on gets older."""
+    return max(1, min(MAX_EPOCHS, round(MAX_EPOCHS * math.sqrt(rollout_steps / window))))
 
 
 def lr_for(minibatch_size: int) -> float:
@@ -245,6 +254,11 @@ class GRPOConfig:
         None,
         "episode limit the trainer applies; None: the env's own (episodes mode needs one)",
     )
+    noise_correlation: float = _field(
+        0.0,
+        "Box actions: correlation of a sub-env's exploration noise from one step to the next "
+        "(an AR(1) process, so it pushes one way for about 1 / (1 - rho) steps; 0: independent)",
+    )
     # -- advantages --
     advantage: AdvantageMode = _field(
         "per_step",
@@ -263,7 +277,12 @@ class GRPOConfig:
     # -- loss and optimiser --
     clip_low: float = _field(0.2, "ratio clip below: 1 - clip_low")
     clip_high: float = _field(0.28, "ratio clip above: 1 + clip_high (DAPO's clip-higher)")
-    epochs: int = _field(8, "passes over each update's samples")
+    epochs: int | None = _field(
+        None,
+        "passes over each update's samples; None: 8 when rows wait one update for their "
+        "look-ahead (window <= rollout_steps), fewer as they wait longer: "
+        "8 x sqrt(rollout_steps / window), 4 at a window of 4 rollouts",
+    )
     anchor_samples: int | None = _field(
         SAMPLES_PER_UPDATE,
         "samples per trust region (per rank): a larger batch is split at random into parts "
@@ -320,14 +339,19 @@ class GRPOConfig:
             self.minibatch_size = max(1, self.num_envs * self.rollout_steps // MINIBATCHES)
         if self.lr is None:
             self.lr = lr_for(self.minibatch_size)
-        if self.gamma is None and self.window is not None:
-            self.gamma = 1.0 - 1.0 / self.window
+        if self.window is not None:  # else resolved with the env (for_episode_limit)
+            if self.gamma is None:
+                self.gamma = 1.0 - 1.0 / self.window
+            if self.epochs is None:
+                self.epochs = epochs_for(self.rollout_steps, self.window)
         if self.max_episode_steps is not None:
             _check_int(self, "max_episode_steps", minimum=1)
         _check_int(self, "restart_every", minimum=1)
         _check_int(self, "branch_every", minimum=0)
-        for name in ("epochs", "minibatch_size", "micro_batches"):
+        for name in ("minibatch_size", "micro_batches"):
             _check_int(self, name, minimum=1)
+        if self.epochs is not None:
+            _check_int(self, "epochs", minimum=1)
         if self.anchor_samples is not None:
             _check_int(self, "anchor_samples", minimum=1)
         _check_int(self, "ref_update_every", minimum=0)
@@ -340,6 +364,7 @@ class GRPOConfig:
         if self.gamma is not None:
             _check_float(self, "gamma", 0.0, 1.0)
         _check_float(self, "zero_std_eps", 0.0, math.inf)
+        _check_float(self, "noise_correlation", 0.0, 1.0, high_open=True)
         _check_float(self, "clip_low", 0.0, 1.0, low_open=True, high_open=True)
         _check_float(self, "clip_high", 0.0, math.inf, low_open=True)
         _check_float(self, "kl_coef", 0.0, math.inf)

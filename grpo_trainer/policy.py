@@ -48,6 +48,13 @@ class ActionHead(nn.Module):
     def to_env(self, action: torch.Tensor) -> torch.Tensor:
         return action
 
+    def correlate(
+        self, previous: torch.Tensor, fresh: torch.Tensor, correlation: float
+    ) -> torch.Tensor:
+        """A sub-env's noise for its next step, given the last one's: independent here (a
+        categorical's noise is uniform, and no mix of uniforms stays uniform)."""
+        return fresh
+
 
 def _index_dtype(n: int) -> torch.dtype:
     return torch.uint8 if n <= 256 else torch.int32
@@ -183,6 +190,13 @@ class GaussianHead(ActionHead):
 
     def to_env(self, action: torch.Tensor) -> torch.Tensor:
         return torch.maximum(torch.minimum(action, self.high), self.low)
+
+    def correlate(
+        self, previous: torch.Tensor, fresh: torch.Tensor, correlation: float
+    ) -> torch.Tensor:
+        """An AR(1) step, `ρ·previous + √(1−ρ²)·fresh`: still a standard normal per step, but
+        it keeps pushing one way for about 1 / (1 − ρ) steps (colored-noise exploration)."""
+        return previous * correlation + fresh * math.sqrt(1.0 - correlation * correlation)
 
 
 class _SigmoidTanh(torch.autograd.Function):

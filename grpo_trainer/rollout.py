@@ -114,6 +114,25 @@ def _rollout(buffer: RolloutBuffer, runner: EpisodeRunner, rows: int) -> Rollout
     )
 
 
+class ExplorationNoise:
+    """The noise each sub-env samples its actions with, step after step. The head decides
+    how one step's noise follows the last (`ActionHead.correlate`): for Gaussian heads an
+    AR(1) process with `correlation` ρ, so exploration pushes one way for about 1 / (1 − ρ)
+    steps, as colored-noise exploration does (Eberhard et al., 2023; Hollenstein et al.,
+    2024); for categorical heads independent draws. Each step's marginal is the head's own,
+    so the stored log-probs are exact."""
+
+    def __init__(self, head: ActionHead, num_envs: int, correlation: float) -> None:
+        self.head, self.num_envs, self.correlation = head, num_envs, correlation
+        self.last: torch.Tensor | None = None  # what the last step drew (kept in checkpoints)
+
+    def draw(self, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+        fresh = self.head.noise(self.num_envs, generator, device)
+        last = self.last
+        self.last = fresh if last is None else self.head.correlate(last, fresh, self.correlation)
+        return self.last
+
+
 class Recorder:
     """Plays the policy into the buffer: `act` stores the observation, samples an action from
     the stored (compact) value, as the update will read it, and stores action and log-prob;
@@ -129,14 +148,16 @@ class Recorder:
         head: ActionHead,
         sample: SampleFn,
         generator: torch.Generator,
+        noise: ExplorationNoise,
     ) -> None:
         self.buffer, self.head, self.sample, self.generator = buffer, head, sample, generator
+        self.noise = noise
 
     def act(self, row: int, obs: torch.Tensor) -> torch.Tensor:
         buffer = self.buffer
         stored = buffer.obs[row]
         stored.copy_(obs)
-        noise = self.head.noise(buffer.num_envs, self.generator, obs.device)
+        noise = self.noise.draw(self.generator, obs.device)
         action, logp = self.sample(stored, noise)
         buffer.actions[row].copy_(action)
         buffer.logp[row].copy_(logp)
@@ -159,9 +180,11 @@ class WindowedRollout:
         head: ActionHead,
         restarts: Restarts,
         max_episode_steps: int | None,
+        noise: ExplorationNoise,
     ) -> None:
         self.env, self.buffer, self.head, self.restarts = env, buffer, head, restarts
         self.runner = EpisodeRunner(env, max_episode_steps)
+        self.noise = noise
         self.obs: torch.Tensor | None = None
 
     @torch.inference_mode()
@@ -169,7 +192,7 @@ class WindowedRollout:
         if self.obs is None:
             self.obs = self.restarts.start(self.runner)
         buffer, runner = self.buffer, self.runner
-        recorder = Recorder(buffer, self.head, sample, generator)
+        recorder = Recorder(buffer, self.head, sample, generator, self.noise)
         runner.stats.reset()
         buffer.shift_carry()
         obs = self.obs
@@ -192,6 +215,7 @@ class WindowedRollout:
             "returns": runner.returns,
             "lengths": runner.lengths,
             "own": runner.own,
+            "noise": self.noise.last,
             "carry": {k: t[buffer.ready :] for k, t in buffer.tensors.items()},
             "restarts": self.restarts.state_dict(),
         }
@@ -218,6 +242,8 @@ class WindowedRollout:
         runner.lengths = state["lengths"].to(device)
         if "own" in state:  # checkpoints before branch_ended counted every episode
             runner.own = state["own"].to(device)
+        if state.get("noise") is not None:
+            self.noise.last = state["noise"].to(device)
         for name, t in self.buffer.tensors.items():
             t[self.buffer.ready :] = state["carry"][name].to(device)
         self.restarts.load_state_dict(state["restarts"])
@@ -371,9 +397,17 @@ def _per_member(group_seeds: list[int], group_size: int) -> list[int]:
 class EpisodeRollout:
     """Every member plays one episode, at most `horizon` steps, from a fresh group reset."""
 
-    def __init__(self, env: EnvIO, buffer: RolloutBuffer, head: ActionHead, group_size: int):
+    def __init__(
+        self,
+        env: EnvIO,
+        buffer: RolloutBuffer,
+        head: ActionHead,
+        group_size: int,
+        noise: ExplorationNoise,
+    ) -> None:
         self.env, self.buffer, self.head, self.group_size = env, buffer, head, group_size
         self.runner = EpisodeRunner(env)
+        self.noise = noise
 
     @torch.inference_mode()
     def collect(
@@ -383,7 +417,7 @@ class EpisodeRollout:
         group_seeds: list[int],
         horizon: int,
     ) -> Rollout:
-        recorder = Recorder(self.buffer, self.head, sample, generator)
+        recorder = Recorder(self.buffer, self.head, sample, generator, self.noise)
         self.runner.stats.reset()
         obs = self.env.reset_groups(group_seeds, self.group_size)
         play_until_ended(self.runner, obs, recorder.act, horizon, on_step=recorder.record)
@@ -401,6 +435,7 @@ def make_rollout(
     """The rollout a config asks for, with the restart strategy the env allows."""
     obs_shape = tuple(env.observation_space.shape or ())
     name = type(env.envs).__name__
+    noise = ExplorationNoise(head, env.num_envs, config.noise_correlation)
     if config.rollout == "episodes":
         horizon = config.max_episode_steps or env.max_episode_steps()
         if horizon is None:
@@ -409,7 +444,7 @@ def make_rollout(
                 "the env declares no limit; set it in the config"
             )
         buffer = RolloutBuffer(horizon, 0, env.num_envs, obs_shape, obs_dtype, head, env.device)
-        return EpisodeRollout(env, buffer, head, config.group_size)
+        return EpisodeRollout(env, buffer, head, config.group_size, noise)
     buffer = RolloutBuffer(
         config.steps_per_update,
         config.window - 1,
@@ -449,4 +484,4 @@ def make_rollout(
             branch_every=config.branch_every,
             branch_ended=config.branch_ended and env.restarts == "snapshot",
         )
-    return WindowedRollout(env, buffer, head, restarts, config.max_episode_steps)
+    return WindowedRollout(env, buffer, head, restarts, config.max_episode_steps, noise)

@@ -300,3 +300,30 @@ def test_sigint_stops_after_the_update_and_checkpoints(tmp_path: Path) -> None:
     assert trainer.update_index == 1 and metrics["update"] == 1
     assert checkpoint.load(tmp_path / "run" / "checkpoints" / "last.pt")["update_index"] == 1
     assert signal.getsignal(signal.SIGINT) is handler  # the previous handler is restored
+
+
+def test_exact_resume_keeps_the_correlated_exploration_noise(tmp_path: Path) -> None:
+    """With noise_correlation, a sub-env's next noise depends on its last: the checkpoint
+    carries it, so a resumed run samples the same actions as an uninterrupted one."""
+
+    pytest.importorskip("gymnax")  # its state is arrays: a checkpoint holds the env's too
+    from grpo_trainer.envs import make_envs
+
+    def pendulum() -> GRPOTrainer:
+        run = RunConfig(env="gymnax:Pendulum-v1", progress=False, device="cpu", seed=3)
+        config = GRPOConfig(
+            num_groups=2, group_size=4, noise_correlation=0.9, hidden_sizes=(8,), run=run
+        )
+        return GRPOTrainer(make_envs(config, 8, torch.device("cpu")), config)
+
+    original = pendulum()
+    original.update()
+    path = tmp_path / "p.pt"
+    checkpoint.atomic_save(original.state_dict(), path)
+    original.update()
+    resumed = pendulum()
+    resumed.load(path)
+    resumed.update()
+    assert torch.equal(original.rollout.noise.last, resumed.rollout.noise.last)
+    for x, y in zip(original.policy.parameters(), resumed.policy.parameters(), strict=True):
+        assert torch.equal(x, y)

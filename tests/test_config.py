@@ -26,6 +26,9 @@ BAD_GRPO_FIELDS: list[tuple[str, Any]] = [
     ("window", 0),
     ("restart_every", 0),
     ("branch_every", -1),
+    ("branch_ended", 1),
+    ("noise_correlation", 1.0),  # a noise that never changes explores nothing
+    ("noise_correlation", -0.5),
     ("rollout", "bogus"),
     ("cnn_channels", ()),
     ("micro_batches", 0),
@@ -172,3 +175,50 @@ def test_every_field_has_a_one_line_description() -> None:
         for field in dataclasses.fields(cls):
             text = describe(cls, field.name)
             assert text and "\n" not in text, field.name
+
+
+# -- defaults that follow the budget and the env ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("budget", "samples", "groups"),
+    [(300_000, 2048, 8), (500_000, 4096, 16), (1_000_000, 8192, 32), (2_500_000, 16384, 64)],
+)
+def test_the_default_batch_follows_the_budget(budget: int, samples: int, groups: int) -> None:
+    """About 128 updates a run: a power of two of samples, 32-step rollouts, 8 minibatches,
+    and Adam's learning rate by the square root of the minibatch."""
+    config = GRPOConfig(total_env_steps=budget)
+    assert config.num_envs * config.steps_per_update == samples
+    assert (config.num_groups, config.rollout_steps) == (groups, 32)
+    assert config.minibatch_size == samples // 8
+    assert config.lr == pytest.approx(1e-2 * math.sqrt(samples / 8 / 4096))
+    assert budget / samples == pytest.approx(128, rel=0.5)
+
+
+def test_a_huge_budget_keeps_one_trust_region_per_update() -> None:
+    config = GRPOConfig(total_env_steps=10**9)
+    assert config.num_envs * config.steps_per_update == config.anchor_samples == 32768
+
+
+@pytest.mark.parametrize(
+    ("limit", "window", "epochs"), [(200, 32, 8), (500, 128, 4), (2500, 128, 4), (None, 128, 4)]
+)
+def test_window_discount_and_epochs_follow_the_episode_limit(
+    limit: int | None, window: int, epochs: int
+) -> None:
+    config = GRPOConfig()
+    assert (config.window, config.gamma, config.epochs) == (None, None, None)
+    resolved = config.for_episode_limit(limit)
+    assert resolved.window == window
+    assert resolved.gamma == pytest.approx(1 - 1 / window)
+    assert resolved.epochs == epochs
+    assert resolved.num_groups == config.num_groups  # the env's size does not move
+
+
+def test_fields_set_by_hand_are_kept() -> None:
+    config = GRPOConfig(
+        num_groups=3, window=16, gamma=0.9, epochs=2, minibatch_size=100, lr=0.5
+    ).for_episode_limit(1000)
+    assert (config.num_groups, config.window, config.gamma) == (3, 16, 0.9)
+    assert (config.epochs, config.minibatch_size, config.lr) == (2, 100, 0.5)
+    assert GRPOConfig(window=64).epochs == 6 and GRPOConfig(window=64).gamma == 1 - 1 / 64

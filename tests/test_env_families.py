@@ -391,3 +391,21 @@ def test_the_trainer_starts_groups_alike_and_branches(env: str) -> None:
     assert trainer.env.restarts == "snapshot"
     assert not [s for s in said if "start" in s or "same situation" in s], said
     assert metrics["valid_steps"] > 0 and np.isfinite(metrics["loss"])
+
+
+def test_gymnax_seeds_take_the_trainers_whole_range() -> None:
+    """The trainer's group seeds pass 2**31 from run seed 3 on (seed x 1_000_000_007): equal
+    seeds of any size start equal games, and distinct ones distinct games."""
+    pytest.importorskip("gymnax")
+    import gymnax
+
+    from grpo_trainer.envs.gymnax_vector import GymnaxVectorEnv
+
+    env, params = gymnax.make("CartPole-v1")
+    envs = GymnaxVectorEnv(env, params, 4)
+    big = 3 * 1_000_000_007
+    obs, _ = envs.reset(seed=[big, big, big + 2**32, 2**63 + 5])
+    assert torch.equal(obs[0], obs[1])
+    assert not torch.equal(obs[0], obs[2]) and not torch.equal(obs[0], obs[3])
+    with pytest.raises(ValueError, match=r"\[0, 2\*\*64\)"):
+        envs.reset(seed=[2**64, 0, 0, 0])

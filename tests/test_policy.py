@@ -325,3 +325,23 @@ def test_act_gives_env_actions_greedy_or_sampled(space: gym.Space) -> None:
     assert torch.equal(sampled, policy.act(obs, greedy=False, generator=_gen(2)))
     assert not sampled.requires_grad
     assert all(space.contains(np.asarray(a, dtype=space.dtype)) for a in sampled.numpy())
+
+
+def test_correlated_exploration_noise_is_an_ar1_process_on_gaussian_heads_only() -> None:
+    """noise_correlation: each step a standard normal, the lag-1 correlation rho; categorical
+    noise stays independent draws (the same stream as without correlation)."""
+    from grpo_trainer.rollout import ExplorationNoise
+
+    box = make_head(gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
+    noise = ExplorationNoise(box, 4096, 0.9)
+    gen = torch.Generator().manual_seed(0)
+    draws = torch.stack([noise.draw(gen, torch.device("cpu")) for _ in range(60)])
+    assert draws.std().item() == pytest.approx(1.0, abs=0.02)
+    lag1 = (draws[1:] * draws[:-1]).mean() / draws.var()
+    assert lag1.item() == pytest.approx(0.9, abs=0.02)
+
+    cat = make_head(gym.spaces.Discrete(3))
+    a = ExplorationNoise(cat, 8, 0.9)
+    gen_a, gen_b = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+    for _ in range(3):
+        assert torch.equal(a.draw(gen_a, torch.device("cpu")), cat.noise(8, gen_b, None))

@@ -173,9 +173,11 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
     def _compiled_reset(
         self, state: Any, keys: jax.Array, obs: Any, mask: jax.Array, seeds: jax.Array
     ) -> Any:
-        """Sub-envs in `mask` start a new episode; a seed >= 0 restarts the key chain."""
-        seeded = jax.vmap(jax.random.PRNGKey)(jnp.maximum(seeds, 0))
-        keys = seeded if keys is None else jnp.where((seeds >= 0)[:, None], seeded, keys)
+        """Sub-envs in `mask` start a new episode; a given seed restarts the key chain.
+        `seeds` is `(N, 3)` uint32: given or not, then the seed's low and high 32 bits."""
+        given, low, high = seeds[:, 0] > 0, seeds[:, 1], seeds[:, 2]
+        seeded = jax.vmap(jax.random.fold_in)(jax.vmap(jax.random.PRNGKey)(low), high)
+        keys = seeded if keys is None else jnp.where(given[:, None], seeded, keys)
         split = jax.vmap(jax.random.split)(keys)
         new_obs, new_state = jax.vmap(self.env.reset, in_axes=(0, None))(split[:, 1], self.params)
         new_obs = new_obs.astype(jnp.float32)
@@ -261,12 +263,13 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
     # -- input coercion ----------------------------------------------------------------------
 
     def _seeds(self, seed: int | Sequence[int | None] | None) -> jax.Array:
-        """One seed per sub-env, -1 for none (the key chain goes on)."""
+        """One row per sub-env: (given, low 32 bits, high 32 bits) of its seed, any int in
+        [0, 2**64); a sub-env without one goes on with its key chain."""
         n = self.num_envs
         if seed is None:
             if self._state is not None:
-                return jnp.full(n, -1, jnp.int32)
-            seed = secrets.randbelow(2**31 - n)
+                return jnp.zeros((n, 3), jnp.uint32)
+            seed = secrets.randbelow(2**63)
         if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
             per_env: list[int | None] = [int(seed) + i for i in range(n)]
         elif isinstance(seed, Sequence) and len(seed) == n:
@@ -274,9 +277,10 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         else:
             raise ValueError(f"seed must be an int, None or a list of {n} seeds, got {seed!r}")
         for s in per_env:
-            if s is not None and not (isinstance(s, (int, np.integer)) and 0 <= s < 2**31):
-                raise ValueError(f"seeds must be ints in [0, 2**31) or None, got {s!r}")
-        return jnp.asarray([-1 if s is None else int(s) for s in per_env], jnp.int32)
+            if s is not None and not (isinstance(s, (int, np.integer)) and 0 <= s < 2**64):
+                raise ValueError(f"seeds must be ints in [0, 2**64) or None, got {s!r}")
+        rows = [(0, 0, 0) if s is None else (1, int(s) & 0xFFFFFFFF, int(s) >> 32) for s in per_env]
+        return jnp.asarray(np.array(rows, np.uint32))
 
     def _mask(self, mask: Any) -> jax.Array:
         if isinstance(mask, torch.Tensor):
