@@ -357,6 +357,34 @@ def test_numpy_cartpole_group_starts_match_its_own_reset() -> None:
         assert np.array_equal(obs[b], own[0])
 
 
+def test_the_trainers_numpy_cartpole_leaves_ended_sub_envs_to_the_trainer() -> None:
+    """The adapter the trainer puts around CartPoleVectorEnv starts no new game itself
+    (Gymnasium's DISABLED mode: no twin reset per ended sub-env); an ended sub-env waits for
+    its masked reset, and the others step as in the NEXT_STEP adapter."""
+    from grpo_trainer.envs.state import with_state_protocol
+
+    trainers = with_state_protocol(gym.make_vec("CartPole-v1", num_envs=2))
+    users = ArrayStateVectorEnv(
+        gym.make_vec("CartPole-v1", num_envs=2), ARRAY_LAYOUTS[CartPoleVectorEnv]
+    )
+    assert trainers.metadata["autoreset_mode"] == gym.vector.AutoresetMode.DISABLED
+    assert users.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
+    for envs in (trainers, users):
+        envs.reset(seed=[3, 4])
+    ended = np.zeros(2, bool)  # pushing one way topples both poles, at their own steps
+    while not ended.all():
+        obs, _, terminated, _, _ = trainers.step(np.array([1, 0]))
+        ref_obs, _, ref_terminated, _, _ = users.step(np.array([1, 0]))
+        playing = ~ended  # until its end, a sub-env steps alike in both adapters
+        assert np.array_equal(obs[playing], ref_obs[playing])
+        assert np.array_equal(terminated[playing], ref_terminated[playing])
+        ended |= terminated
+    obs, *_ = trainers.step(np.array([1, 0]))
+    assert (np.abs(obs[:, 2]) > 0.2).all()  # still fallen: no new game was drawn
+    obs, _ = trainers.reset(seed=[5, None], options={"reset_mask": np.array([True, False])})
+    assert np.abs(obs[0]).max() <= 0.05
+
+
 @pytest.mark.parametrize(
     "env",
     ["gymnax:CartPole-v1", "CartPole-v1", "minatar:Breakout-v1", "Acrobot-v1", "async:CartPole-v1"],

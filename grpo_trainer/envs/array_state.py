@@ -12,13 +12,17 @@ adds what GRPO needs:
   observation are copied into the sub-env's row. Equal seeds give equal starts, exactly as
   the env's own reset draws them.
 * `snapshot_state(index)` / `restore_state(index, snapshot)` (docs/env.md), on the host.
-* **its own NEXT_STEP autoreset.** The env's autoreset draws new games from one generator
+* **its own NEXT_STEP autoreset** (`autoreset=True`, the default). The env's autoreset draws
+  new games from one generator
   shared by all sub-envs, so what a sub-env restarts to would depend on which neighbours
   ended with it. The adapter clears the env's pending flags before each step and restarts
   the pending sub-envs itself, each from its own seed chain (`next_seed`, one per sub-env,
   part of its state): a restored sub-env continues exactly as its source, across episode
   ends too. The step keeps NEXT_STEP's contract (reward 0, not ended, the new game's
-  observation).
+  observation). Each restarted sub-env costs a reset of a one-sub-env twin, so with many
+  episode ends per step this is the adapter's main cost; the trainer, which starts groups
+  itself by masked resets and copies, builds it with `autoreset=False` (Gymnasium's DISABLED
+  mode: an ended sub-env waits for its masked reset or a restore).
 
 `ARRAY_LAYOUTS` names the arrays of each env class Gymnasium ships; add yours there with the
 axis that indexes sub-envs and the array of pending autoresets. The step must be a function
@@ -34,6 +38,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from grpo_trainer.envs.host_inputs import host_index, host_mask, per_env_seeds
 
@@ -74,9 +79,14 @@ class ArrayStateVectorEnv(gym.vector.VectorWrapper):
     """A numpy vector env whose state is `layout`'s arrays, with seeded masked resets and
     sub-env state snapshots."""
 
-    def __init__(self, env: gym.vector.VectorEnv, layout: ArrayLayout) -> None:
+    def __init__(
+        self, env: gym.vector.VectorEnv, layout: ArrayLayout, *, autoreset: bool = True
+    ) -> None:
         super().__init__(env)
         self.layout = layout
+        self.autoreset = autoreset
+        mode = AutoresetMode.NEXT_STEP if autoreset else AutoresetMode.DISABLED
+        self.metadata = {**env.metadata, "autoreset_mode": mode}
         self._twin: Any = None  # a one-sub-env copy that resets one seed at a time
         self._obs: np.ndarray | None = None  # every sub-env's latest observation
         self.next_seed = np.zeros(self.num_envs, np.int64)  # each sub-env's next new game
@@ -115,7 +125,7 @@ class ArrayStateVectorEnv(gym.vector.VectorWrapper):
         getattr(env, self.layout.pending)[:] = False  # the adapter restarts them, below
         obs, reward, terminated, truncated, info = self.env.step(actions)
         self._obs = np.array(obs)
-        if pending.any():  # NEXT_STEP: their step was a reset
+        if self.autoreset and pending.any():  # NEXT_STEP: their step was a reset
             self._new_games(pending)
             reward[pending], terminated[pending], truncated[pending] = 0, False, False
             obs = self._obs.copy()

@@ -42,7 +42,7 @@ def with_state_protocol(envs: Any) -> Any:
         return envs
     layout = array_layout(envs)
     if layout is not None:
-        return ArrayStateVectorEnv(envs, layout)
+        return ArrayStateVectorEnv(envs, layout, autoreset=False)  # the trainer starts groups
     if isinstance(envs.unwrapped, gym.vector.SyncVectorEnv):
         return copyable_or_none(envs) or envs
     if isinstance(envs.unwrapped, gym.vector.AsyncVectorEnv):
