@@ -122,7 +122,7 @@ def main() -> int:
     ratio = summary[args.against]["train_s"] / summary["this"]["train_s"]
     print(json.dumps(summary), f"old / new wall time to {TARGET}: {ratio:.2f}x")
     path = write_result(
-        f"time_to_target_{args.threads}thread",
+        f"time_to_target_{args.threads}thread_vs_{args.against}",
         {
             "target": TARGET,
             "against": args.against,
