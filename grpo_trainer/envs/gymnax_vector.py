@@ -12,11 +12,12 @@ env is an index or a scatter on that pytree:
   gather and scatter on the device, so groups can restart and branch without a host sync.
 
 The step is gymnax's own `env.step` (its autoreset: SAME_STEP, declared as such, with the
-final observation in `info["final_obs"]`), vmapped and jit-compiled once. Data crosses
-between JAX and torch through DLPack, without copies where both sit on one device: the
-actions go in as they are; the observations come out as they are, and the reward,
-terminated and truncated flags come out together as one `(N, 3)` float32 array, so a step
-costs two hand-overs instead of five. The final observation is a second full observation
+final observation in `info["final_obs"]`), vmapped and jit-compiled once. What comes out
+crosses to torch through DLPack without a copy: the observations as they are, and the
+reward, terminated and truncated flags together as one `(N, 3)` float32 array, so a step
+costs two hand-overs instead of four. Actions go in through DLPack on a GPU, and as a numpy
+view on the CPU, where the compiled call's copy costs less than JAX's DLPack import
+(`torch_to_jax`). The final observation is a second full observation
 array per step (on MinAtar it doubled the step's time): `final_obs=False`, one of the
 trainer's fast options (it never reads it), compiles a step without it.
 
@@ -28,7 +29,7 @@ gymnax CartPole 2.8x slower through them than Gymnasium's numpy CartPole (docs/i
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -63,11 +64,21 @@ def gymnasium_space(space: Any) -> gym.Space:
     raise ValueError(f"gymnax space {kind} is not supported (Discrete and Box are)")
 
 
-def _to_jax(x: Any, dtype: Any) -> jax.Array:
-    """A torch tensor through DLPack (no copy), anything else through `jnp.asarray`."""
-    if isinstance(x, torch.Tensor):
-        return jax.dlpack.from_dlpack(x.contiguous())
-    return jnp.asarray(x, dtype)
+def _numpy_view(x: torch.Tensor) -> np.ndarray:
+    return x.detach().numpy()
+
+
+def _dlpack(x: torch.Tensor) -> jax.Array:
+    return jax.dlpack.from_dlpack(x.detach().contiguous())
+
+
+def torch_to_jax(device: torch.device) -> Callable[[torch.Tensor], Any]:
+    """How torch tensors enter JAX on `device`, chosen once. On a GPU through DLPack, without
+    a copy. On the CPU as a numpy view, which a jit-compiled call copies in: importing a
+    DLPack capsule costs JAX about 130 us whatever its size, the copy of 4096 actions 40 us,
+    and a step of 4096 CartPoles about 400 us. What comes out of JAX goes to torch through
+    DLPack on either device, without a copy."""
+    return _numpy_view if device.type == "cpu" else _dlpack
 
 
 class GymnaxVectorEnv(gym.vector.VectorEnv):
@@ -105,6 +116,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         self.env, self.params, self.num_envs = env, params, num_envs
         self.device = torch.device(device)
         self._jax_device = jax_device(self.device)
+        self._from_torch = torch_to_jax(self.device)
         self.check_actions = check_actions
         self.single_observation_space = gymnasium_space(env.observation_space(params))
         self.single_action_space = gymnasium_space(env.action_space(params))
@@ -249,7 +261,11 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
             )
         rows = []
         for i, (leaf, row) in enumerate(zip(leaves, snapshot, strict=True)):
-            row_j = _to_jax(row, leaf.dtype)
+            row_j = (
+                self._from_torch(row.to(self.device))
+                if isinstance(row, torch.Tensor)
+                else jnp.asarray(row, leaf.dtype)
+            )
             if row_j.shape != (index_j.shape[0], *leaf.shape[1:]) or row_j.dtype != leaf.dtype:
                 raise ValueError(
                     f"snapshot tensor {i} is {row_j.dtype} {tuple(row_j.shape)}, expected "
@@ -289,7 +305,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
                     f"reset_mask must be a ({self.num_envs},) bool tensor, got "
                     f"{mask.dtype} {tuple(mask.shape)}"
                 )
-            return jax.dlpack.from_dlpack(mask.to(self.device).contiguous())
+            return self._from_torch(mask.to(self.device))
         array = np.asarray(mask)
         if array.shape != (self.num_envs,) or array.dtype != np.bool_:
             raise ValueError(
@@ -304,7 +320,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
                 raise ValueError(
                     f"index must be a 1-D integer tensor, got {index.dtype} {tuple(index.shape)}"
                 )
-            return jax.dlpack.from_dlpack(index.to(self.device, torch.int32).contiguous())
+            return self._from_torch(index.to(self.device, torch.int32))
         array = np.asarray(index)
         if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
             raise ValueError(f"index must be a 1-D integer array, got {array.dtype} {array.shape}")
@@ -323,7 +339,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
             if self.check_actions:
                 self._check_range(actions.detach().cpu().numpy())
             dtype = torch.int32 if self._discrete else torch.float32
-            return jax.dlpack.from_dlpack(actions.detach().to(dtype).contiguous())
+            return self._from_torch(actions.to(dtype))
         array = np.asarray(actions)
         if array.shape != shape:
             raise ValueError(f"actions must have shape {shape}, got {array.shape}")
