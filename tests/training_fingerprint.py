@@ -1,0 +1,130 @@
+"""Train a few updates of several configs and print a digest of everything they produced.
+
+    PYTHONPATH=<a tree> python tests/training_fingerprint.py
+
+Run against two trees (this one, and an export of an earlier revision), equal digests mean
+the two train bit for bit alike: weights, optimiser state, each update's metrics and the
+checkpoint's state. It uses only the public API that both trees share (`GRPOConfig`,
+`RunConfig`, `GRPOTrainer`, `make_envs`, `update`, `state_dict`), so it runs on either.
+tests/test_bit_identical.py compares them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import warnings
+from typing import Any
+
+import torch
+
+import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
+from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+from grpo_trainer.envs import make_envs
+
+# Each config drives another path: the default windowed rollout with snapshots and ended
+# members branching (Fruit Catcher), whole episodes, Gymnasium's numpy CartPole with periodic
+# branching, a KL reference, micro-batches, several trust regions and the foreach optimiser's
+# undo, a Gaussian head with correlated noise and outcome advantages, and a gymnax env.
+CASES: dict[str, dict[str, Any]] = {
+    "fruit_defaults": {"env": "FruitCatcher-v0", "num_groups": 8, "total_env_steps": 40_000},
+    "fruit_episodes": {
+        "env": "FruitCatcher-v0",
+        "num_groups": 4,
+        "rollout": "episodes",
+        "epochs": 2,
+        "minibatch_size": 512,
+        "total_env_steps": 40_000,
+    },
+    "cartpole_branches": {
+        "env": "CartPole-v1",
+        "num_groups": 4,
+        "window": 16,
+        "branch_every": 16,
+        "kl_coef": 0.1,
+        "ref_update_every": 2,
+        "micro_batches": 2,
+        "anchor_samples": 256,
+        "fused_optimizer": False,
+        "lr_schedule": "cosine",
+        "total_env_steps": 20_000,
+    },
+    "pendulum_outcome": {
+        "env": "Pendulum-v1",
+        "num_groups": 4,
+        "noise_correlation": 0.5,
+        "advantage": "outcome",
+        "rollout": "episodes",
+        "total_env_steps": 20_000,
+    },
+    "gymnax_cartpole": {
+        "env": "gymnax:CartPole-v1",
+        "num_groups": 4,
+        "window": 32,
+        "total_env_steps": 20_000,
+    },
+}
+UPDATES = 4
+RUN_FIELDS = {"env", "fused_optimizer"}
+
+
+def _digest(value: Any) -> str:
+    """SHA-256 over a nested structure: keys, types, numbers, and tensors' dtype, shape and
+    bytes (not pickle's bytes, which depend on how the objects were made)."""
+    h = hashlib.sha256()
+
+    def feed(x: Any) -> None:
+        if isinstance(x, torch.Tensor):
+            t = x.detach().cpu().contiguous()
+            h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        elif isinstance(x, dict):
+            h.update(b"D")
+            for key in sorted(x, key=str):
+                h.update(repr(key).encode())
+                feed(x[key])
+        elif isinstance(x, (list, tuple)):
+            h.update(b"L")
+            for item in x:
+                feed(item)
+        else:
+            h.update(repr(x).encode())
+
+    feed(value)
+    return h.hexdigest()
+
+
+def fingerprint(case: dict[str, Any]) -> dict[str, Any]:
+    fields = {k: v for k, v in case.items() if k not in RUN_FIELDS}
+    run = {k: v for k, v in case.items() if k in RUN_FIELDS}
+    config = GRPOConfig(
+        **fields, run=RunConfig(**run, device="cpu", compile=False, progress=False, seed=3)
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = GRPOTrainer(make_envs(config, config.num_envs, torch.device("cpu")), config)
+        rows = [trainer.update() for _ in range(UPDATES)]
+    measured = {"rollout_s", "update_s", "steps_per_s", "train_s"}  # and mem_*: the machine's
+    rows = [
+        {k: v for k, v in row.items() if k not in measured and not k.startswith("mem_")}
+        for row in rows
+    ]
+    state = trainer.state_dict()
+    state.pop("train_s")
+    return {
+        "policy": _digest(trainer.policy.state_dict()),
+        "optimizer": _digest(trainer.optimizer.state_dict()),
+        "state": _digest(state),
+        "metrics": rows,
+    }
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    names = sys.argv[1:] or list(CASES)
+    print(json.dumps({name: fingerprint(CASES[name]) for name in names}))
+
+
+if __name__ == "__main__":
+    main()
