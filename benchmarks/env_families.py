@@ -16,7 +16,9 @@ defaults with the budget, what a user gets; `--settings learning`: benchmarks/le
 CartPole row, the settings of the first measurement), the same seed, greedy evaluation (100
 episodes on envs of the same family) every 25k env steps, excluded from the training time;
 each run in a fresh process with one thread, pinned to one core (`--cpu`), the two families
-alternated. Results go to benchmarks/results/env_families_*.json.
+alternated. `--jax-cache warm` (default) runs gymnax with JAX's compiled functions already in
+the trainer's cache, as every run after a machine's first does; `cold` compiles them in every
+run. Results go to benchmarks/results/env_families_*.json.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import argparse
 import json
 import statistics
 import subprocess
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -272,33 +275,55 @@ def worker(env: str, seed: int, budget: int, eval_every: int, settings: str) -> 
     return {"env": env, "seed": seed, "settings": settings, "reached": reached, "curve": curve}
 
 
+def _run_worker(
+    args: argparse.Namespace, env: str, seed: int, budget: int, cache: str
+) -> dict[str, Any]:
+    command = ["taskset", "-c", str(args.cpu), sys.executable, __file__, "--worker"]
+    command += [env, str(seed), str(budget), str(args.eval_every), args.settings]
+    environ = {**os.environ, "OMP_NUM_THREADS": "1", "GRPO_TRAINER_CACHE_DIR": cache}
+    out = subprocess.run(command, cwd=ROOT, env=environ, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def cartpole(args: argparse.Namespace) -> dict[str, Any]:
+    """`--jax-cache warm`: JAX's compiled functions come from the trainer's cache, filled by
+    one untimed update beforehand (every run after a machine's first); `cold`: each run
+    compiles them anew (a machine's first run)."""
     runs: list[dict[str, Any]] = []
-    for seed in args.seeds:
-        for _ in range(args.repeats):
-            for env in ("gymnax:CartPole-v1", "CartPole-v1"):
-                command = ["taskset", "-c", str(args.cpu), sys.executable, __file__, "--worker"]
-                command += [env, str(seed), str(args.budget), str(args.eval_every), args.settings]
-                environ = {**os.environ, "OMP_NUM_THREADS": "1"}
-                out = subprocess.run(
-                    command, cwd=ROOT, env=environ, check=True, capture_output=True, text=True
-                )
-                run = json.loads(out.stdout.strip().splitlines()[-1])
-                runs.append(run)
-                print(f"{env:20s} seed {seed}: {run['reached']}")
+    with tempfile.TemporaryDirectory() as shared:
+        if args.jax_cache == "warm":
+            _run_worker(args, "gymnax:CartPole-v1", args.seeds[0], 1, shared)
+        for seed in args.seeds:
+            for _ in range(args.repeats):
+                for env in ("gymnax:CartPole-v1", "CartPole-v1"):
+                    with tempfile.TemporaryDirectory() as fresh:
+                        cache = shared if args.jax_cache == "warm" else fresh
+                        run = _run_worker(args, env, seed, args.budget, cache)
+                    runs.append(run)
+                    print(f"{env:20s} seed {seed}: {run['reached']}", flush=True)
     ratios = []
     for seed in args.seeds:
         times = {
-            env: [r["reached"]["train_s"] for r in runs if r["env"] == env and r["seed"] == seed]
+            env: [
+                (r["reached"] or {}).get("train_s")
+                for r in runs
+                if r["env"] == env and r["seed"] == seed
+            ]
             for env in ("gymnax:CartPole-v1", "CartPole-v1")
         }
-        if all(len(t) == args.repeats for t in times.values()):
+        if all(len(t) == args.repeats and None not in t for t in times.values()):
             ratio = statistics.median(times["gymnax:CartPole-v1"]) / statistics.median(
                 times["CartPole-v1"]
             )
             ratios.append({"seed": seed, "gymnax_over_numpy": round(ratio, 3)})
     settings = CARTPOLE if args.settings == "learning" else "the defaults"
-    return {"settings": settings, "threshold": THRESHOLD, "runs": runs, "ratios": ratios}
+    return {
+        "settings": settings,
+        "jax_cache": args.jax_cache,
+        "threshold": THRESHOLD,
+        "runs": runs,
+        "ratios": ratios,
+    }
 
 
 def main() -> int:
@@ -318,6 +343,7 @@ def main() -> int:
     cart.add_argument("--eval-every", type=int, default=25_000)
     cart.add_argument("--settings", choices=["defaults", "learning"], default="defaults")
     cart.add_argument("--cpu", type=int, default=0, help="the core every run is pinned to")
+    cart.add_argument("--jax-cache", choices=["warm", "cold"], default="warm")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.command == "throughput":
@@ -325,7 +351,7 @@ def main() -> int:
         write_result("env_families_throughput", {"machine": machine_info(), **result})
     else:
         result = cartpole(args)
-        name = f"env_families_cartpole_{args.settings}"
+        name = f"env_families_cartpole_{args.settings}_{args.jax_cache}"
         write_result(name, {"machine": machine_info(), "command": sys.argv, **result})
     return 0
 

@@ -142,6 +142,10 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         else:
             self._step_fn = jax.jit(self._step_without_final_obs)
         self._reset_fn = jax.jit(self._compiled_reset)
+        # shapes and dtypes of (state, keys, observations), traced without computing anything
+        keys = jax.ShapeDtypeStruct((num_envs, 2), jnp.uint32)
+        obs, state = jax.eval_shape(jax.vmap(env.reset, in_axes=(0, None)), keys, params)
+        self._shapes = (state, keys, jax.ShapeDtypeStruct(obs.shape, jnp.float32))
         self._gather_fn = jax.jit(_gather)
         self._scatter_fn = jax.jit(_scatter)
 
@@ -186,15 +190,15 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         self, state: Any, keys: jax.Array, obs: Any, mask: jax.Array, seeds: jax.Array
     ) -> Any:
         """Sub-envs in `mask` start a new episode; a given seed restarts the key chain.
-        `seeds` is `(N, 3)` uint32: given or not, then the seed's low and high 32 bits."""
+        `seeds` is `(N, 3)` uint32: given or not, then the seed's low and high 32 bits. The
+        first reset goes through here too (every sub-env, every seed given, a zero state in
+        place of the old one), so that a run compiles one reset, not two."""
         given, low, high = seeds[:, 0] > 0, seeds[:, 1], seeds[:, 2]
         seeded = jax.vmap(jax.random.fold_in)(jax.vmap(jax.random.PRNGKey)(low), high)
-        keys = seeded if keys is None else jnp.where(given[:, None], seeded, keys)
+        keys = jnp.where(given[:, None], seeded, keys)
         split = jax.vmap(jax.random.split)(keys)
         new_obs, new_state = jax.vmap(self.env.reset, in_axes=(0, None))(split[:, 1], self.params)
         new_obs = new_obs.astype(jnp.float32)
-        if state is None:
-            return new_state, split[:, 0], new_obs
         keys = jnp.where(mask[:, None], split[:, 0], keys)
         state = jax.tree.map(lambda new, old: _where_rows(mask, new, old), new_state, state)
         return state, keys, _where_rows(mask, new_obs, obs)
@@ -213,13 +217,14 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         if mask is not None and self._state is None:
             raise RuntimeError("the first reset() resets every sub-env: it takes no reset_mask")
         seeds = self._seeds(seed)
-        if self._state is None:
-            self._state, self._keys, self._obs = self._reset_fn(None, None, None, None, seeds)
-        else:
-            mask_j = jnp.ones(self.num_envs, jnp.bool_) if mask is None else self._mask(mask)
-            self._state, self._keys, self._obs = self._reset_fn(
-                self._state, self._keys, self._obs, mask_j, seeds
+        if self._state is None:  # what the first reset replaces: zeros of the state's shapes
+            self._state, self._keys, self._obs = jax.tree.map(
+                lambda leaf: jnp.zeros(leaf.shape, leaf.dtype), self._shapes
             )
+        mask_j = jnp.ones(self.num_envs, jnp.bool_) if mask is None else self._mask(mask)
+        self._state, self._keys, self._obs = self._reset_fn(
+            self._state, self._keys, self._obs, mask_j, seeds
+        )
         return torch.from_dlpack(self._obs), {}
 
     def step(
@@ -280,7 +285,8 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
 
     def _seeds(self, seed: int | Sequence[int | None] | None) -> jax.Array:
         """One row per sub-env: (given, low 32 bits, high 32 bits) of its seed, any int in
-        [0, 2**64); a sub-env without one goes on with its key chain."""
+        [0, 2**64); a sub-env without one goes on with its key chain (on the first reset,
+        which has none yet, it draws a random seed)."""
         n = self.num_envs
         if seed is None:
             if self._state is not None:
@@ -295,6 +301,8 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         for s in per_env:
             if s is not None and not (isinstance(s, (int, np.integer)) and 0 <= s < 2**64):
                 raise ValueError(f"seeds must be ints in [0, 2**64) or None, got {s!r}")
+        if self._state is None:
+            per_env = [secrets.randbelow(2**63) if s is None else s for s in per_env]
         rows = [(0, 0, 0) if s is None else (1, int(s) & 0xFFFFFFFF, int(s) >> 32) for s in per_env]
         return jnp.asarray(np.array(rows, np.uint32))
 
