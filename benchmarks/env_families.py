@@ -243,11 +243,15 @@ def train_rows(updates: int) -> list[dict[str, Any]]:
 # -- time to a greedy 475 on CartPole ------------------------------------------------------------
 
 
-def worker(env: str, seed: int, budget: int, eval_every: int, settings: str) -> dict[str, Any]:
-    """Train `env` with the settings named; greedy-evaluate every `eval_every` steps."""
+def worker(
+    env: str, seed: int, budget: int, eval_every: int, settings: str, updates: int | None = None
+) -> dict[str, Any]:
+    """Train `env` with the settings named; greedy-evaluate every `eval_every` steps. With
+    `updates`, stop after that many (and one evaluation): a warm-up that compiles what the
+    timed runs will take from the cache."""
     from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
     from grpo_trainer.envs import make_envs
-    from grpo_trainer.evaluation import evaluate
+    from grpo_trainer.run.evaluation import evaluate
 
     torch.set_num_threads(1)
     config = GRPOConfig(
@@ -261,11 +265,11 @@ def worker(env: str, seed: int, budget: int, eval_every: int, settings: str) -> 
         trainer = GRPOTrainer(make_envs(config, config.num_envs, cpu), config)
         eval_envs = make_envs(config, 100, cpu)
     train_s, next_eval, curve, reached = 0.0, eval_every, [], None
-    while trainer.env_steps < budget:
+    while trainer.env_steps < budget and (updates is None or trainer.update_index < updates):
         start = time.perf_counter()
         trainer.update()
         train_s += time.perf_counter() - start
-        if trainer.env_steps >= next_eval:
+        if trainer.env_steps >= next_eval or updates is not None:
             score = evaluate(trainer.policy, eval_envs, 100, seed=10_000 + seed)["return_mean"]
             curve.append((trainer.env_steps, round(train_s, 3), round(score, 1)))
             next_eval += eval_every
@@ -276,10 +280,11 @@ def worker(env: str, seed: int, budget: int, eval_every: int, settings: str) -> 
 
 
 def _run_worker(
-    args: argparse.Namespace, env: str, seed: int, budget: int, cache: str
+    args: argparse.Namespace, env: str, seed: int, cache: str, updates: int | None = None
 ) -> dict[str, Any]:
     command = ["taskset", "-c", str(args.cpu), sys.executable, __file__, "--worker"]
-    command += [env, str(seed), str(budget), str(args.eval_every), args.settings]
+    command += [env, str(seed), str(args.budget), str(args.eval_every), args.settings]
+    command += [] if updates is None else [str(updates)]
     environ = {**os.environ, "OMP_NUM_THREADS": "1", "GRPO_TRAINER_CACHE_DIR": cache}
     out = subprocess.run(command, cwd=ROOT, env=environ, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -292,13 +297,13 @@ def cartpole(args: argparse.Namespace) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as shared:
         if args.jax_cache == "warm":
-            _run_worker(args, "gymnax:CartPole-v1", args.seeds[0], 1, shared)
+            _run_worker(args, "gymnax:CartPole-v1", args.seeds[0], shared, updates=1)
         for seed in args.seeds:
             for _ in range(args.repeats):
                 for env in ("gymnax:CartPole-v1", "CartPole-v1"):
                     with tempfile.TemporaryDirectory() as fresh:
                         cache = shared if args.jax_cache == "warm" else fresh
-                        run = _run_worker(args, env, seed, args.budget, cache)
+                        run = _run_worker(args, env, seed, cache)
                     runs.append(run)
                     print(f"{env:20s} seed {seed}: {run['reached']}", flush=True)
     ratios = []
@@ -329,7 +334,8 @@ def cartpole(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     if sys.argv[1:2] == ["--worker"]:
         env, seed, budget, every = sys.argv[2], *map(int, sys.argv[3:6])
-        print(json.dumps(worker(env, seed, budget, every, sys.argv[6])))
+        updates = int(sys.argv[7]) if len(sys.argv) > 7 else None
+        print(json.dumps(worker(env, seed, budget, every, sys.argv[6], updates)))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)

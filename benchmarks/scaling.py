@@ -47,7 +47,8 @@ from _common import machine_info, write_result  # noqa: E402
 def worker(args: argparse.Namespace) -> None:
     """Time blocks of updates; rank 0 writes the samples to `args.worker`."""
     import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
-    from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, distributed
+    from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+    from grpo_trainer.base import distributed
     from grpo_trainer.envs import make_envs
 
     torch.set_num_threads(args.threads)

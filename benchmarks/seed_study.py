@@ -38,7 +38,7 @@ from _common import machine_info, write_result
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
 from grpo_trainer.envs import make_envs
-from grpo_trainer.evaluation import evaluate
+from grpo_trainer.run.evaluation import evaluate
 
 TARGET = 0.70
 DEFAULT_CONFIGS = {

@@ -183,7 +183,7 @@ def run_grpo(task: Task, seed: int, budget: int) -> dict[str, Any]:
 
     from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
     from grpo_trainer.envs import make_envs
-    from grpo_trainer.evaluation import evaluate
+    from grpo_trainer.run.evaluation import evaluate
 
     cpu = torch.device("cpu")
     run = RunConfig(env=task.env, seed=seed, device="cpu", progress=False, eval_every=0)
@@ -351,7 +351,7 @@ def _sb3_greedy(model: Any, envs: Any, normalize: bool, seed: int) -> float:
     grpo_trainer's evaluate caps them)."""
     import numpy as np
 
-    from grpo_trainer.evaluation import EVAL_HORIZON
+    from grpo_trainer.run.evaluation import EVAL_HORIZON
 
     obs, _ = envs.reset(seed=[seed + i for i in range(envs.num_envs)])
     returns, alive = np.zeros(envs.num_envs), np.ones(envs.num_envs, dtype=bool)

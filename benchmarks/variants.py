@@ -33,7 +33,7 @@ from _common import machine_info
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
 from grpo_trainer.envs import make_envs
-from grpo_trainer.evaluation import evaluate
+from grpo_trainer.run.evaluation import evaluate
 
 RESULTS = Path(__file__).parent / "results" / "variants.jsonl"
 

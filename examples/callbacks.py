@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
-from grpo_trainer.callbacks import Callback, RunState
 from grpo_trainer.envs import make_envs
+from grpo_trainer.run.callbacks import Callback, RunState
 
 
 class PrintEvaluations(Callback):

@@ -8,7 +8,7 @@ import argparse
 import gymnasium as gym
 
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
-from grpo_trainer.evaluation import evaluate
+from grpo_trainer.run.evaluation import evaluate
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--total-env-steps", type=int, default=500_000)

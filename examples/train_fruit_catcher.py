@@ -9,8 +9,8 @@ import gymnasium as gym
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
-from grpo_trainer.accel import resolve_device
-from grpo_trainer.evaluation import evaluate
+from grpo_trainer.base.accel import resolve_device
+from grpo_trainer.run.evaluation import evaluate
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--total-env-steps", type=int, default=4_000_000)

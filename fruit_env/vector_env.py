@@ -86,7 +86,7 @@ class FruitCatcherVectorEnv(VectorEnv):
         # trainer sampling from the action space): skip the per-step action check.
         "fast_kwargs": {"validate_actions": False},
         # Sub-env i plays the same game for the same seed and actions whatever num_envs is
-        # (its randomness is its own key and counter): `grpo_trainer.checker` tests the claim.
+        # (its randomness is its own key and counter): `grpo_trainer.tools.checker` tests the claim.
         "num_envs_invariant": True,
     }
 

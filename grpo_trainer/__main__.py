@@ -2,6 +2,6 @@
 
 import sys
 
-from grpo_trainer.cli import main
+from grpo_trainer.tools.cli import main
 
 sys.exit(main())

@@ -1,5 +1,6 @@
-"""Run `grpo_trainer.checker.check_vector_env` on third-party vector envs that are installed and
-print one markdown table of the findings (docs/integrations.md, "Checking any vector env").
+"""Run `grpo_trainer.tools.checker.check_vector_env` on third-party vector envs that are
+installed and print one markdown table of the findings (docs/integrations.md, "Checking any
+vector env").
 
     python scripts/check_third_party.py [--steps 64] [--json]
 
@@ -20,8 +21,8 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from grpo_trainer.checker import CHECKS, CheckReport, check_vector_env
 from grpo_trainer.envs import FACTORIES
+from grpo_trainer.tools.checker import CHECKS, CheckReport, check_vector_env
 
 NUM_ENVS = 4
 

@@ -4,7 +4,7 @@
     python scripts/docs_tables.py --check  # exit 1 if the page is out of date
 
 The tables come from the one place each fact is declared: the config dataclasses' field
-descriptions and `grpo_trainer.metrics.METRICS`.
+descriptions and `grpo_trainer.base.metrics.METRICS`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import re
 import sys
 from pathlib import Path
 
-from grpo_trainer import metrics
-from grpo_trainer.config import GRPOConfig, RunConfig, markdown_table
+from grpo_trainer.base import metrics
+from grpo_trainer.base.config import GRPOConfig, RunConfig, markdown_table
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "trainer.md"
 TABLES = {

@@ -12,7 +12,7 @@ Steps, each in its own process with a time limit, progress printed as they go:
    batch that fits in memory and time, and of the default config with bf16 autocast;
 4. `memory`: peak GPU memory of the default run and of a run at 1M envs;
 5. `profile`: the host-sync ops of one default update on CUDA, counted by
-   `grpo_trainer.syncs.SyncCounter` around `collect()` and `learn()` (0 and 0 on the CPU), the
+   `grpo_trainer.tools.syncs.SyncCounter` around `collect()` and `learn()` (0 and 0 on the CPU), the
    device-to-host copies the profiler sees (docs/architecture.md allows one: the metrics),
    and the top kernels.
 
@@ -178,7 +178,7 @@ def _worker(step: str, out: Path) -> None:
     if step == "profile":
         from torch.profiler import ProfilerActivity, profile
 
-        from grpo_trainer.syncs import SyncCounter
+        from grpo_trainer.tools.syncs import SyncCounter
 
         t = trainer(128)
         for _ in range(2):

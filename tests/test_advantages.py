@@ -1,4 +1,4 @@
-"""The advantage estimator (`grpo_trainer.advantages`) against hand-computed values.
+"""The advantage estimator (`grpo_trainer.algorithm.advantages`) against hand-computed values.
 
 Windowed returns-to-go: `G[t] = Σ_{k<W} γ^k r[t+k] Π_{j<k} (1 − cut[t+j])`, compared within
 the group at the same row; docs/trainer.md has the formulas.
@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from grpo_trainer.advantages import episode_returns, group_relative, windowed_returns
+from grpo_trainer.algorithm.advantages import episode_returns, group_relative, windowed_returns
 
 
 def _t(rows: list[list[float]]) -> torch.Tensor:

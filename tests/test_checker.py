@@ -1,4 +1,4 @@
-"""`grpo_trainer.checker.check_vector_env` and `python -m grpo_trainer check`.
+"""`grpo_trainer.tools.checker.check_vector_env` and `python -m grpo_trainer check`.
 
 FruitCatcher passes in every autoreset and observation mode; Gymnasium's own vector envs
 pass with the warnings they earn (and skip the sub-env state check: they offer no snapshots);
@@ -24,8 +24,8 @@ from gymnasium.vector.utils import batch_space
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from fruit_env import cli as fruit_env_cli
-from grpo_trainer import cli
-from grpo_trainer.checker import CHECKS, Check, CheckReport, check_vector_env
+from grpo_trainer.tools import cli
+from grpo_trainer.tools.checker import CHECKS, Check, CheckReport, check_vector_env
 
 SHORT = {"max_episode_steps": 24}  # episodes end within the search for an end
 ALL_PASS = dict.fromkeys(CHECKS, "pass")

@@ -14,9 +14,10 @@ import pytest
 import torch
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
-from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, checkpoint
-from grpo_trainer.checkpoint import CheckpointError
-from grpo_trainer.config import describe
+from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+from grpo_trainer.base import checkpoint
+from grpo_trainer.base.checkpoint import CheckpointError
+from grpo_trainer.base.config import describe
 
 # 4 groups x 4 members x 24-step games: 384 valid steps per update.
 STEPS_PER_UPDATE = 16 * 24

@@ -21,7 +21,9 @@ from typing import Any
 import pytest
 import torch
 
-from grpo_trainer import GRPOConfig, RunConfig, checkpoint, cli
+from grpo_trainer import GRPOConfig, RunConfig
+from grpo_trainer.base import checkpoint
+from grpo_trainer.tools import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "grpo_trainer"
@@ -400,7 +402,7 @@ def test_the_env_kwargs_episode_limit_is_the_horizon() -> None:
 def test_train_help_describes_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     """`train --help` lists one flag per config field, each with its one-line description
     (the same text as config.json's `_help` and the tables in docs/trainer.md)."""
-    from grpo_trainer.config import GRPOConfig, RunConfig, describe
+    from grpo_trainer.base.config import GRPOConfig, RunConfig, describe
 
     with pytest.raises(SystemExit) as done:
         cli.main(["train", "--help"])

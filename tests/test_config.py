@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from grpo_trainer.config import GRPOConfig, RunConfig
+from grpo_trainer.base.config import GRPOConfig, RunConfig
 
 # (field, bad value): one row per validation rule of GRPOConfig.
 BAD_GRPO_FIELDS: list[tuple[str, Any]] = [
@@ -169,7 +169,7 @@ def test_outcome_advantages_need_whole_episodes() -> None:
 
 def test_every_field_has_a_one_line_description() -> None:
     """The descriptions feed --help, docs/trainer.md and config.json."""
-    from grpo_trainer.config import describe
+    from grpo_trainer.base.config import describe
 
     for cls in (GRPOConfig, RunConfig):
         for field in dataclasses.fields(cls):

@@ -28,7 +28,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from fruit_env import FruitCatcherVectorEnv, compiled
-from grpo_trainer.syncs import SyncCounter
+from grpo_trainer.tools.syncs import SyncCounter
 
 SHORT = {"width": 8, "height": 6, "win_score": 3, "lose_score": -3, "max_episode_steps": 6}
 TEST_CACHE = Path(tempfile.gettempdir()) / "fruit_env_test_cache"

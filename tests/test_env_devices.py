@@ -3,8 +3,8 @@ host tensor.
 
 * On `device="meta"` (shapes only, no data), a tensor mixed with a CPU tensor raises, and
   so does reading a value (`.item()`, `bool()`): reset and step running there prove both.
-* `SyncCounter` (grpo_trainer/syncs.py) counts the aten calls that read device data on the host;
-  a step with the trainer's settings (`metadata["fast_kwargs"]`) or with deferred action
+* `SyncCounter` (grpo_trainer/tools/syncs.py) counts the aten calls that read device data on
+  the host; a step with the trainer's settings (`metadata["fast_kwargs"]`) or with deferred action
   validation makes none.
 """
 
@@ -19,7 +19,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from fruit_env import ENV_ID, FruitCatcherVectorEnv
-from grpo_trainer.syncs import SyncCounter
+from grpo_trainer.tools.syncs import SyncCounter
 
 MODES = list(AutoresetMode)
 SHORT = {"win_score": 3, "lose_score": -3, "max_episode_steps": 6}

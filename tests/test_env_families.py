@@ -26,12 +26,12 @@ from uncopyable import LockedEnv
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
-from grpo_trainer.env_io import EnvIO
 from grpo_trainer.envs import make_envs
 from grpo_trainer.envs.array_state import ARRAY_LAYOUTS, ArrayStateVectorEnv
 from grpo_trainer.envs.async_state import PickledStateVectorEnv
 from grpo_trainer.envs.copied_state import CopiedStateVectorEnv
-from grpo_trainer.syncs import SyncCounter
+from grpo_trainer.envs.env_io import EnvIO
+from grpo_trainer.tools.syncs import SyncCounter
 
 CPU = torch.device("cpu")
 

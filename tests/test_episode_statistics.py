@@ -15,7 +15,7 @@ from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from fruit_env import FruitCatcherVectorEnv
 from fruit_env.wrappers import NumpyView, TorchEpisodeStatistics
-from grpo_trainer.syncs import SyncCounter
+from grpo_trainer.tools.syncs import SyncCounter
 
 # Short games that end at different steps (a score limit of 3 or a 30-step time limit).
 RULES = {"win_score": 3, "lose_score": -3, "max_episode_steps": 30}
@@ -128,7 +128,7 @@ def test_refuses_to_overwrite_an_info_key() -> None:
 
 
 def test_statistics_pass_the_checker() -> None:
-    from grpo_trainer.checker import check_vector_env
+    from grpo_trainer.tools.checker import check_vector_env
 
     env = TorchEpisodeStatistics(make(AutoresetMode.SAME_STEP, validate_actions=False), "stats")
     report = check_vector_env(env, steps=16, strict_syncs=True)

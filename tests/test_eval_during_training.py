@@ -14,10 +14,11 @@ import pytest
 import torch
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
-from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, checkpoint
-from grpo_trainer.callbacks import Best, Callback, RunState
-from grpo_trainer.evaluation import evaluate, load_policy
-from grpo_trainer.periodic_eval import EVAL_SEED
+from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+from grpo_trainer.base import checkpoint
+from grpo_trainer.run.callbacks import Best, Callback, RunState
+from grpo_trainer.run.evaluation import evaluate, load_policy
+from grpo_trainer.run.periodic_eval import EVAL_SEED
 
 STEPS_PER_UPDATE = 16 * 16  # 4 groups x 4 members x 16 rollout steps
 CPU = torch.device("cpu")

@@ -1,4 +1,4 @@
-"""`grpo_trainer.evaluation`: whole-episode evaluation, loading policies, making envs."""
+"""`grpo_trainer.run.evaluation`: whole-episode evaluation, loading policies, making envs."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pytest
 import torch
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
-from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, checkpoint
-from grpo_trainer.checkpoint import CheckpointError
-from grpo_trainer.evaluation import evaluate, load_policy, make_envs
-from grpo_trainer.policy import Policy
+from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+from grpo_trainer.algorithm.policy import Policy
+from grpo_trainer.base import checkpoint
+from grpo_trainer.base.checkpoint import CheckpointError
+from grpo_trainer.run.evaluation import evaluate, load_policy, make_envs
 
 CPU = torch.device("cpu")
 GAME_STEPS = 30  # short games keep evaluation quick

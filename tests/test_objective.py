@@ -1,4 +1,4 @@
-"""The GRPO loss (`grpo_trainer.objective`) against values worked out by hand.
+"""The GRPO loss (`grpo_trainer.algorithm.objective`) against values worked out by hand.
 
 Every expected number is derived in a comment next to it. The advantages it is given are
 tested in test_advantages.py.
@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from grpo_trainer.objective import LossTerms, grpo_loss, k3_kl
+from grpo_trainer.algorithm.objective import LossTerms, grpo_loss, k3_kl
 
 # -- k3 KL -------------------------------------------------------------------------------------
 

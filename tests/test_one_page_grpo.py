@@ -24,10 +24,10 @@ from torch.distributions import Categorical
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
-from grpo_trainer.advantages import group_relative, windowed_returns
+from grpo_trainer.algorithm.advantages import group_relative, windowed_returns
 
 if TYPE_CHECKING:
-    from grpo_trainer.rollout import Rollout
+    from grpo_trainer.algorithm.rollout import Rollout
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "grpo_one_page.py"
@@ -132,7 +132,7 @@ def test_the_example_and_the_trainer_make_the_same_update(
 
 
 def test_returns_and_advantages_are_the_trainers() -> None:
-    """On a played rollout: returns and weights bit-equal to grpo_trainer.advantages', the
+    """On a played rollout: returns and weights bit-equal to grpo_trainer.algorithm.advantages', the
     advantages equal to float32 rounding."""
     config = one_page.Config(num_groups=GROUPS, group_size=SIZE, horizon=HORIZON)
     rollout = matching_trainer(config, fused=True).collect()

@@ -1,4 +1,4 @@
-"""Policies and action heads (`grpo_trainer.policy`) against `torch.distributions`."""
+"""Policies and action heads (`grpo_trainer.algorithm.policy`) against `torch.distributions`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
-from grpo_trainer.policy import (
+from grpo_trainer.algorithm.policy import (
     CategoricalHead,
     GaussianHead,
     MultiCategoricalHead,
@@ -330,7 +330,7 @@ def test_act_gives_env_actions_greedy_or_sampled(space: gym.Space) -> None:
 def test_correlated_exploration_noise_is_an_ar1_process_on_gaussian_heads_only() -> None:
     """noise_correlation: each step a standard normal, the lag-1 correlation rho; categorical
     noise stays independent draws (the same stream as without correlation)."""
-    from grpo_trainer.rollout import ExplorationNoise
+    from grpo_trainer.algorithm.rollout import ExplorationNoise
 
     box = make_head(gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
     noise = ExplorationNoise(box, 4096, 0.9)

@@ -18,8 +18,9 @@ import pytest
 import torch
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
-from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, checkpoint
-from grpo_trainer.checkpoint import CheckpointError
+from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+from grpo_trainer.base import checkpoint
+from grpo_trainer.base.checkpoint import CheckpointError
 
 STEPS = 8
 
@@ -336,7 +337,7 @@ def test_eval_reads_an_older_format_but_resume_does_not(tmp_path: Path) -> None:
     checkpoint.atomic_save(state, path)
     with pytest.raises(checkpoint.CheckpointError, match="resumes version"):
         checkpoint.load_for_resume(path)
-    from grpo_trainer.evaluation import load_policy
+    from grpo_trainer.run.evaluation import load_policy
 
     with pytest.warns(RuntimeWarning, match="minibatch_size"):
         policy, config, _ = load_policy(path, torch.device("cpu"))

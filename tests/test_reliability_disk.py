@@ -17,8 +17,9 @@ import pytest
 import torch
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
-from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, checkpoint
-from grpo_trainer.cli import main
+from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+from grpo_trainer.base import checkpoint
+from grpo_trainer.tools.cli import main
 
 STEPS = 8
 REAL_SAVE = torch.save

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from fruit_env import FruitCatcherVectorEnv
 from grpo_trainer import GRPOConfig, RunConfig
-from grpo_trainer.cli import main
+from grpo_trainer.tools.cli import main
 
 FUZZ = settings(
     max_examples=50,
@@ -386,7 +386,7 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
 @pytest.fixture()
 def no_training(monkeypatch: pytest.MonkeyPatch) -> None:
     """Build everything a run needs, then return at once: flags are checked, not trained."""
-    from grpo_trainer.harness import Harness, RunOutcome
+    from grpo_trainer.run.harness import Harness, RunOutcome
 
     monkeypatch.setattr(Harness, "run", lambda self: RunOutcome({"update": 0.0}))
 

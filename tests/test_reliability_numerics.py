@@ -18,7 +18,8 @@ import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, TrainingStopped, checkpoint
+from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, TrainingStopped
+from grpo_trainer.base import checkpoint
 
 LENGTH = 4  # steps per episode
 EPOCHS, MINIBATCHES = 1, 2

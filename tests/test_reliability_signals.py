@@ -22,7 +22,8 @@ import gymnasium as gym
 import pytest
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
-from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, checkpoint
+from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+from grpo_trainer.base import checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 8

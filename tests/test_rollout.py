@@ -19,8 +19,8 @@ from uncopyable import LockedEnv
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from fruit_env import core
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
-from grpo_trainer.env_io import EnvIO
-from grpo_trainer.trainer import storage_dtype
+from grpo_trainer.algorithm.grpo import storage_dtype
+from grpo_trainer.envs.env_io import EnvIO
 
 CPU = torch.device("cpu")
 SHORT = {"win_score": 3, "lose_score": -3, "max_episode_steps": 30}  # ends at varied steps
@@ -270,7 +270,7 @@ def test_a_member_that_ended_plays_on_from_a_member_still_playing() -> None:
 def test_episodes_are_counted_once_from_their_start() -> None:
     """A member that took over another's state plays on from the middle of that episode: its
     end is not a new episode, so every counted episode was played from its start."""
-    from grpo_trainer.episodes import EpisodeRunner
+    from grpo_trainer.envs.episodes import EpisodeRunner
 
     io = EnvIO(_fruit(2, max_episode_steps=5), CPU)
     runner = EpisodeRunner(io)

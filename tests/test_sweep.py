@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from grpo_trainer.cli import main
-from grpo_trainer.search_space import Param, apply, parse_space
+from grpo_trainer.tools.cli import main
+from grpo_trainer.tools.search_space import Param, apply, parse_space
 
 BASE = {
     "num_groups": 4,
@@ -97,7 +97,7 @@ def test_a_continued_sweep_must_be_the_same_sweep(
 
 def test_a_pruned_trial_stops_early(tmp_path: Path) -> None:
     optuna = pytest.importorskip("optuna")
-    from grpo_trainer.sweep import run_sweep
+    from grpo_trainer.tools.sweep import run_sweep
 
     class Always(optuna.pruners.BasePruner):
         def prune(self, study: Any, trial: Any) -> bool:
@@ -115,7 +115,7 @@ def test_a_pruned_trial_stops_early(tmp_path: Path) -> None:
 
 def test_time_to_target_scores_wall_seconds_or_inf(tmp_path: Path) -> None:
     pytest.importorskip("optuna")
-    from grpo_trainer.sweep import NOT_REACHED, run_sweep
+    from grpo_trainer.tools.sweep import NOT_REACHED, run_sweep
 
     base = json.loads(json.dumps(BASE))
     base["run"]["target"] = "return=5"  # any policy reaches it at once
@@ -130,7 +130,7 @@ def test_time_to_target_scores_wall_seconds_or_inf(tmp_path: Path) -> None:
 
 def test_with_no_trial_at_the_target_the_best_config_is_the_closest(tmp_path: Path) -> None:
     pytest.importorskip("optuna")
-    from grpo_trainer.sweep import NOT_REACHED, best_trial, run_sweep
+    from grpo_trainer.tools.sweep import NOT_REACHED, best_trial, run_sweep
 
     base = json.loads(json.dumps(BASE))
     base["run"]["target"] = "return=100000"  # never
@@ -148,7 +148,7 @@ def test_with_no_trial_at_the_target_the_best_config_is_the_closest(tmp_path: Pa
 
 def test_time_to_target_needs_a_target(tmp_path: Path) -> None:
     pytest.importorskip("optuna")
-    from grpo_trainer.sweep import run_sweep
+    from grpo_trainer.tools.sweep import run_sweep
 
     with pytest.raises(ValueError, match="time_to_target needs a target"):
         run_sweep(SPACE, BASE, 1, tmp_path / "sweep", objective="time_to_target")
@@ -204,7 +204,7 @@ def test_space_types_follow_the_fields() -> None:
 
 def test_bounds_that_make_a_bad_config_fail_before_any_trial(tmp_path: Path) -> None:
     pytest.importorskip("optuna")
-    from grpo_trainer.sweep import run_sweep
+    from grpo_trainer.tools.sweep import run_sweep
 
     with pytest.raises(ValueError, match="group_size: the value 1 is not valid"):
         run_sweep([Param("group_size", "int", 1, 4)], BASE, 1, tmp_path / "sweep")
@@ -251,7 +251,7 @@ def test_cli_without_optuna_exits_2_naming_the_fix(
 
 def test_a_second_process_cannot_run_the_same_sweep_dir(tmp_path: Path) -> None:
     pytest.importorskip("fcntl")
-    from grpo_trainer.sweep import locked_sweep_dir
+    from grpo_trainer.tools.sweep import locked_sweep_dir
 
     with (
         locked_sweep_dir(tmp_path),
@@ -262,8 +262,8 @@ def test_a_second_process_cannot_run_the_same_sweep_dir(tmp_path: Path) -> None:
 
 
 def test_the_example_space_is_valid_for_the_default_config() -> None:
-    from grpo_trainer.config import GRPOConfig
-    from grpo_trainer.search_space import check_against, load_space
+    from grpo_trainer.base.config import GRPOConfig
+    from grpo_trainer.tools.search_space import check_against, load_space
 
     example = Path(__file__).resolve().parents[1] / "examples" / "sweep_space.json"
     params = load_space(example)

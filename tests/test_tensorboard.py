@@ -12,7 +12,7 @@ import pytest
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
-from grpo_trainer.cli import main
+from grpo_trainer.tools.cli import main
 
 # 4 sub-envs x 16 steps = 64 env steps per update; 3 updates. The 16-step games end in
 # every update, so every update has episode figures (`episode_caught`) to log.
@@ -61,7 +61,7 @@ def test_without_tensorboard_training_warns_and_runs(
     with caplog.at_level(logging.WARNING, logger="grpo_trainer"):
         metrics = GRPOTrainer(envs, config).train()
     assert metrics["update"] == 2 and metrics["env_steps"] == 128
-    warnings = [r for r in caplog.records if r.name == "grpo_trainer.metrics"]
+    warnings = [r for r in caplog.records if r.name == "grpo_trainer.base.metrics"]
     assert [(r.levelno, r.getMessage()) for r in warnings] == [
         (logging.WARNING, "--tensorboard needs the 'tensorboard' package; continuing without it")
     ]

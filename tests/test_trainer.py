@@ -12,13 +12,14 @@ import pytest
 import torch
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
-from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, TrainingStopped, accel
-from grpo_trainer.accel import Compiled, make_optimizer, resolve_device, should_compile
+from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, TrainingStopped
+from grpo_trainer.base import accel
+from grpo_trainer.base.accel import Compiled, make_optimizer, resolve_device, should_compile
+from grpo_trainer.base.metrics import spec
+from grpo_trainer.base.schedules import lr_factor
 from grpo_trainer.envs import make_envs
-from grpo_trainer.metrics import spec
-from grpo_trainer.schedules import lr_factor
 
-# What every update reports (the registry in grpo_trainer/metrics.py declares each).
+# What every update reports (the registry in grpo_trainer/base/metrics.py declares each).
 UPDATE_FIELDS = {
     "update",
     "env_steps",
@@ -381,7 +382,7 @@ def test_compiled_falls_back_to_eager_with_a_warning(
 
     monkeypatch.setattr(torch, "compile", broken_compile)
     wrapped = Compiled(eager, True, "doubling")
-    with caplog.at_level(logging.WARNING, logger="grpo_trainer.accel"):
+    with caplog.at_level(logging.WARNING, logger="grpo_trainer.base.accel"):
         assert wrapped(21) == 42
     assert "doubling" in caplog.text and "inductor exploded" in caplog.text
     assert wrapped.compiled is False

@@ -16,7 +16,7 @@ import torch
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
 from grpo_trainer.envs import make_envs
-from grpo_trainer.syncs import SyncCounter
+from grpo_trainer.tools.syncs import SyncCounter
 
 
 def _trainer(**cfg: Any) -> GRPOTrainer:

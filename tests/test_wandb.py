@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
-from grpo_trainer.cli import main
 from grpo_trainer.envs import make_envs
+from grpo_trainer.tools.cli import main
 
 BLOCK = 32_768  # the .wandb file is a log of records in 32 KiB blocks
 
@@ -149,7 +149,7 @@ def test_the_run_name_defaults_to_the_run_directory(offline: Path) -> None:
 
 
 def test_a_run_that_raises_finishes_its_wandb_run_with_exit_code_1(offline: Path) -> None:
-    from grpo_trainer.callbacks import Callback
+    from grpo_trainer.run.callbacks import Callback
 
     class Boom(Callback):
         def on_update(self, state: Any, metrics: dict[str, float]) -> None:
@@ -195,7 +195,7 @@ def test_cli_without_wandb_exits_2_naming_the_fix(
 
 
 def test_wandb_flags_reach_the_config() -> None:
-    from grpo_trainer.cli import build_parser, config_from_args
+    from grpo_trainer.tools.cli import build_parser, config_from_args
 
     args = build_parser().parse_args(
         [

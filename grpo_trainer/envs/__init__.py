@@ -32,7 +32,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from grpo_trainer.config import GRPOConfig
+from grpo_trainer.base.config import GRPOConfig
 
 
 def make_envs(config: GRPOConfig, num_envs: int, device: torch.device, **extra: Any) -> Any:
@@ -130,7 +130,7 @@ def keep_compiled_functions() -> None:
         return
     jax.config.update("jax_compilation_cache_dir", str(jax_cache_dir()))
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 def _envpool(name: str, num_envs: int, device: torch.device, seed: int, kwargs: dict) -> Any:

@@ -218,8 +218,9 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
             raise RuntimeError("the first reset() resets every sub-env: it takes no reset_mask")
         seeds = self._seeds(seed)
         if self._state is None:  # what the first reset replaces: zeros of the state's shapes
+            # (numpy's: a jnp.zeros per leaf would compile a small function per leaf)
             self._state, self._keys, self._obs = jax.tree.map(
-                lambda leaf: jnp.zeros(leaf.shape, leaf.dtype), self._shapes
+                lambda leaf: np.zeros(leaf.shape, leaf.dtype), self._shapes
             )
         mask_j = jnp.ones(self.num_envs, jnp.bool_) if mask is None else self._mask(mask)
         self._state, self._keys, self._obs = self._reset_fn(

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from grpo_trainer.config import GRPOConfig
-    from grpo_trainer.periodic_eval import Target
-    from grpo_trainer.policy import Policy
+    from grpo_trainer.algorithm.policy import Policy
+    from grpo_trainer.base.config import GRPOConfig
+    from grpo_trainer.run.periodic_eval import Target
 
 # What hooks were given before they got a `RunState` (the loop itself), and where each went.
 _HARNESS_ATTRIBUTES = {
@@ -67,7 +67,7 @@ class RunState:
             raise AttributeError(
                 f"callback hooks now receive a RunState, not the training loop: "
                 f"`harness.{name}` is gone; use {_HARNESS_ATTRIBUTES[name]} "
-                "(grpo_trainer.callbacks)"
+                "(grpo_trainer.run.callbacks)"
             )
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 

@@ -9,9 +9,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from grpo_trainer.env_io import EnvIO
-from grpo_trainer.episodes import EpisodeRunner, RunnerStep, play_until_ended
-from grpo_trainer.policy import Policy
+from grpo_trainer.algorithm.policy import Policy
+from grpo_trainer.envs.env_io import EnvIO
+from grpo_trainer.envs.episodes import EpisodeRunner, RunnerStep, play_until_ended
 
 
 def _first_frame(frames: Any) -> Any:

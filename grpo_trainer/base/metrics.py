@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import torch
 
-from grpo_trainer.checkpoint import atomic_write_text
+from grpo_trainer.base.checkpoint import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ def spec(name: str, ratios: Mapping[str, Any] | None = None) -> Metric:
         return METRICS["episode_<field>"]
     if ratios and name in ratios:
         return METRICS["<ratio>"]
-    raise KeyError(f"metric {name!r} is not declared in grpo_trainer.metrics.METRICS")
+    raise KeyError(f"metric {name!r} is not declared in grpo_trainer.base.metrics.METRICS")
 
 
 def markdown_table() -> str:

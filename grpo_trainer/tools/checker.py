@@ -35,14 +35,14 @@ import copy
 import dataclasses
 import random
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from grpo_trainer.syncs import SyncCounter
+from grpo_trainer.tools.syncs import SyncCounter
 
 __all__ = ["CHECKS", "STATUSES", "Check", "CheckReport", "check_vector_env"]
 
@@ -304,6 +304,19 @@ def _steps_difference(
             if diff:
                 return f"step {first + t}: {diff}"
     return None
+
+
+class _SnapshotPlan(NamedTuple):
+    """The state-snapshot check's set-up: sub-env i and j, the step they swap at, and the
+    actions: before it, the source's after it, and the swapped and rewound runs'."""
+
+    i: int
+    j: int
+    start: int
+    pre: list[np.ndarray]
+    source: list[np.ndarray]
+    swapped: list[np.ndarray]
+    rewound: list[np.ndarray]
 
 
 class _Runner:
@@ -714,67 +727,20 @@ class _Runner:
 
     def state_snapshots(self) -> str:
         """The sub-env state protocol of docs/env.md, where offered: a trainer copies games
-        between sub-envs with it and trusts a copy to play on exactly as its source would."""
-        env = self.env
-        missing = [
-            name
-            for name in ("snapshot_state", "restore_state")
-            if not callable(getattr(env, name, None))
-        ]
+        between sub-envs with it and trusts a copy to play on exactly as its source would.
+
+        Sub-envs i and j swap games by snapshots, then i is rewound to its own older snapshot,
+        while their neighbours play other actions; each copy must replay its source's steps,
+        and no neighbour may notice."""
+        names = ("snapshot_state", "restore_state")
+        missing = [name for name in names if not callable(getattr(self.env, name, None))]
         if missing:
             raise _Failed("skip", f"no sub-env state protocol: {' and '.join(missing)} missing")
         if self.n < 2:
             raise _Failed("skip", "num_envs=1: no other sub-env to restore a snapshot into")
-        k = self.steps
-        try:  # put the first episode end inside the window, so copies must restart alike
-            _, end, out, _ = self.play_to_end()
-            i = int(np.nonzero(_np(out[2]) | _np(out[3]))[0][0])
-            start = end - min(k // 2, (end + 1) // 2)
-        except _Failed:
-            i, start = 0, k // 4
-        j = (i + self.n // 2) % self.n
-        played = self.sample(self.seed + 2, start + k)  # play_to_end's actions, extended
-        pre, source = played[:start], played[start:]
-        swapped = self._other_actions(source, self.seed + 9)  # neighbours: other actions
-        rewound = self._other_actions(source, self.seed + 10)
-        for t, a in enumerate(source):
-            swapped[t][j], swapped[t][i] = a[i], a[j]
-            rewound[t][i] = a[i]
-        own: list[Any] = []  # sub-env i's own snapshot, for the rewind
-
-        def swap() -> None:  # a tensor index for one snapshot, a numpy one for the other
-            both = _call(
-                f"snapshot_state(torch.tensor([{i}, {j}]))",
-                env.snapshot_state,
-                torch.tensor([i, j], device=self.device),
-            )
-            own[:] = [_call(f"snapshot_state(np.array([{i}]))", env.snapshot_state, np.array([i]))]
-            _call(
-                f"restore_state(np.array([{j}, {i}]), ...)",
-                env.restore_state,
-                np.array([j, i]),
-                both,
-            )
-
-        def rewind() -> None:
-            into = torch.tensor([i], device=self.device)
-            _call(f"restore_state(torch.tensor([{i}]), ...)", env.restore_state, into, own[0])
-
-        reference, (source_out,) = self._snapshot_run(pre, [source], {})
-        runs = [
-            self._snapshot_run(pre, [swapped, rewound], {0: swap, 1: rewind}),
-            self._snapshot_run(pre, [swapped], {}),  # neighbours without the swap
-            self._snapshot_run(pre, [swapped, rewound], {0: swap}),  # ... without the rewind
-        ]
-        for before, _ in runs:
-            diff = self._trajectory_difference(reference, before)
-            if diff:
-                raise _Failed(
-                    "skip",
-                    f"the game does not replay under reset(seed={self.seed}) (see determinism), "
-                    f"so copies cannot be compared: {diff}",
-                )
-        (after_swap, after_rewind), (unswapped,), (_, unrewound) = (out for _, out in runs)
+        plan = self._snapshot_plan()
+        source_out, after_swap, after_rewind, unswapped, unrewound = self._snapshot_runs(plan)
+        i, j, start, k = plan.i, plan.j, plan.start, self.steps
         swap_text = (
             f"sub-envs {i} and {j} swapped before step {start} by "
             f"snapshot_state(torch.tensor([{i}, {j}])) and restore_state(np.array([{j}, {i}]))"
@@ -790,6 +756,7 @@ class _Runner:
             if _steps_difference(after_swap, kept, start) is None
             else ""
         )
+        others = [m for m in range(self.n) if m not in (i, j)]
         comparisons = [  # (outputs, expected rows from, {row: from row}, first step, what)
             (
                 after_swap,
@@ -802,7 +769,7 @@ class _Runner:
             (
                 after_swap,
                 unswapped,
-                {m: m for m in range(self.n) if m not in (i, j)},
+                {m: m for m in others},
                 start,
                 f"{swap_text} changed a neighbour; with vs without the restore",
             ),
@@ -836,6 +803,67 @@ class _Runner:
             f"as their sources did ({ends} episode ends among them), neighbours on other "
             f"actions and unchanged; sub-env {i} rewound to its own snapshot replayed them too"
         )
+
+    def _snapshot_plan(self) -> _SnapshotPlan:
+        """Which sub-envs swap, when, and every sub-env's actions before and after."""
+        k = self.steps
+        try:  # put the first episode end inside the window, so copies must restart alike
+            _, end, out, _ = self.play_to_end()
+            i = int(np.nonzero(_np(out[2]) | _np(out[3]))[0][0])
+            start = end - min(k // 2, (end + 1) // 2)
+        except _Failed:
+            i, start = 0, k // 4
+        j = (i + self.n // 2) % self.n
+        played = self.sample(self.seed + 2, start + k)  # play_to_end's actions, extended
+        pre, source = played[:start], played[start:]
+        swapped = self._other_actions(source, self.seed + 9)  # neighbours: other actions
+        rewound = self._other_actions(source, self.seed + 10)
+        for t, a in enumerate(source):
+            swapped[t][j], swapped[t][i] = a[i], a[j]
+            rewound[t][i] = a[i]
+        return _SnapshotPlan(i, j, start, pre, source, swapped, rewound)
+
+    def _snapshot_runs(self, plan: _SnapshotPlan) -> tuple[list[Any], ...]:
+        """The source's steps, then the swapped and rewound runs with and without their
+        restores, after checking that every run replays the same game up to `plan.start`."""
+        env, i, j = self.env, plan.i, plan.j
+        own: list[Any] = []  # sub-env i's own snapshot, for the rewind
+
+        def swap() -> None:  # a tensor index for one snapshot, a numpy one for the other
+            both = _call(
+                f"snapshot_state(torch.tensor([{i}, {j}]))",
+                env.snapshot_state,
+                torch.tensor([i, j], device=self.device),
+            )
+            own[:] = [_call(f"snapshot_state(np.array([{i}]))", env.snapshot_state, np.array([i]))]
+            _call(
+                f"restore_state(np.array([{j}, {i}]), ...)",
+                env.restore_state,
+                np.array([j, i]),
+                both,
+            )
+
+        def rewind() -> None:
+            into = torch.tensor([i], device=self.device)
+            _call(f"restore_state(torch.tensor([{i}]), ...)", env.restore_state, into, own[0])
+
+        pre, swapped, rewound = plan.pre, plan.swapped, plan.rewound
+        reference, (source_out,) = self._snapshot_run(pre, [plan.source], {})
+        runs = [
+            self._snapshot_run(pre, [swapped, rewound], {0: swap, 1: rewind}),
+            self._snapshot_run(pre, [swapped], {}),  # neighbours without the swap
+            self._snapshot_run(pre, [swapped, rewound], {0: swap}),  # ... without the rewind
+        ]
+        for before, _ in runs:
+            diff = self._trajectory_difference(reference, before)
+            if diff:
+                raise _Failed(
+                    "skip",
+                    f"the game does not replay under reset(seed={self.seed}) (see determinism), "
+                    f"so copies cannot be compared: {diff}",
+                )
+        (after_swap, after_rewind), (unswapped,), (_, unrewound) = (out for _, out in runs)
+        return source_out, after_swap, after_rewind, unswapped, unrewound
 
     def _other_actions(self, actions: list[np.ndarray], seed: int) -> list[np.ndarray]:
         """Random actions that differ from `actions` entry by entry where the space allows."""

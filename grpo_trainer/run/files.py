@@ -16,13 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grpo_trainer import checkpoint
-from grpo_trainer.callbacks import Best, Callback, RunState
-from grpo_trainer.config import RunConfig, describe
-from grpo_trainer.metrics import MetricsWriter, keep_rows_up_to
+from grpo_trainer.base import checkpoint
+from grpo_trainer.base.config import RunConfig, describe
+from grpo_trainer.base.metrics import MetricsWriter, keep_rows_up_to
+from grpo_trainer.run.callbacks import Best, Callback, RunState
 
 if TYPE_CHECKING:
-    from grpo_trainer.trainer import GRPOTrainer
+    from grpo_trainer.algorithm.grpo import GRPOTrainer
 
 log = logging.getLogger(__name__)
 

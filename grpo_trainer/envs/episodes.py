@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch
 
-from grpo_trainer.env_io import EnvIO, EnvStep
+from grpo_trainer.envs.env_io import EnvIO, EnvStep
 
 # Per-episode quantities the runner itself tracks, in the order of EpisodeStats' rows.
 _CORE = ("return", "return_sq", "length")

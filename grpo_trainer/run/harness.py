@@ -21,15 +21,15 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from grpo_trainer.callbacks import Callback, RunState
-from grpo_trainer.periodic_eval import PeriodicEvaluator
-from grpo_trainer.progress import ProgressDisplay
-from grpo_trainer.run_files import RunFiles, learning_curve, resumed_best
+from grpo_trainer.run.callbacks import Callback, RunState
+from grpo_trainer.run.files import RunFiles, learning_curve, resumed_best
+from grpo_trainer.run.periodic_eval import PeriodicEvaluator
+from grpo_trainer.run.progress import ProgressDisplay
 
 if TYPE_CHECKING:
     import gymnasium as gym
 
-    from grpo_trainer.trainer import GRPOTrainer
+    from grpo_trainer.algorithm.grpo import GRPOTrainer
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class Harness:
         self.files = RunFiles(trainer, self._call, run.tensorboard)
         self.callbacks: list[Callback] = [self.files, *callbacks]
         if run.wandb:  # every rank refuses alike, before anything runs, when wandb is missing
-            from grpo_trainer.wandb_log import WandbCallback, import_wandb
+            from grpo_trainer.run.wandb_log import WandbCallback, import_wandb
 
             import_wandb()
             if trainer.collective.is_main:

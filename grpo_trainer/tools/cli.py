@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
-from grpo_trainer.config import GRPOConfig, RunConfig, field_type
-from grpo_trainer.evaluation import EVAL_SEED, MAX_EVAL_ENVS
+from grpo_trainer.base.config import GRPOConfig, RunConfig, field_type
+from grpo_trainer.run.evaluation import EVAL_SEED, MAX_EVAL_ENVS
 
 log = logging.getLogger("grpo_trainer")
 
@@ -170,7 +170,7 @@ def _add_check_command(sub: Any) -> None:
     check = sub.add_parser(
         "check",
         help="check a vector env's conformance, built as the trainer builds it",
-        description="Run grpo_trainer.checker.check_vector_env on ENV_ID as train would make "
+        description="Run grpo_trainer.tools.checker.check_vector_env on ENV_ID as train would make "
         "it (gymnax:, envpool: and minatar: ids included; the env's fast options, which "
         "--env-kwargs override). Exit 0: no check failed; 1: one did; 2: a usage error.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -218,11 +218,11 @@ def config_from_args(args: argparse.Namespace) -> GRPOConfig:
 def _train(args: argparse.Namespace) -> int:
     import torch
 
-    from grpo_trainer import distributed
-    from grpo_trainer.accel import resolve_device
+    from grpo_trainer.algorithm.grpo import GRPOTrainer
+    from grpo_trainer.base import distributed
+    from grpo_trainer.base.accel import resolve_device
     from grpo_trainer.envs import make_envs
-    from grpo_trainer.harness import Harness
-    from grpo_trainer.trainer import GRPOTrainer
+    from grpo_trainer.run.harness import Harness
 
     config = config_from_args(args)
     # Under torchrun: join the process group; each rank gets its own device and envs.
@@ -250,8 +250,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from grpo_trainer.search_space import load_space
-    from grpo_trainer.sweep import best_trial, import_optuna, run_sweep
+    from grpo_trainer.tools.search_space import load_space
+    from grpo_trainer.tools.sweep import best_trial, import_optuna, run_sweep
 
     import_optuna()
     if args.trials < 1:
@@ -284,11 +284,11 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from grpo_trainer import checkpoint
-    from grpo_trainer.accel import resolve_device
-    from grpo_trainer.config import GRPOConfig
+    from grpo_trainer.base import checkpoint
+    from grpo_trainer.base.accel import resolve_device
+    from grpo_trainer.base.config import GRPOConfig
     from grpo_trainer.envs import make_envs
-    from grpo_trainer.evaluation import evaluate, load_policy
+    from grpo_trainer.run.evaluation import evaluate, load_policy
 
     if args.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
@@ -310,12 +310,12 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _play(args: argparse.Namespace) -> int:
-    from grpo_trainer import checkpoint
-    from grpo_trainer.accel import resolve_device
-    from grpo_trainer.config import GRPOConfig
+    from grpo_trainer.base import checkpoint
+    from grpo_trainer.base.accel import resolve_device
+    from grpo_trainer.base.config import GRPOConfig
     from grpo_trainer.envs import make_envs
-    from grpo_trainer.evaluation import load_policy
-    from grpo_trainer.recording import play_episode
+    from grpo_trainer.run.evaluation import load_policy
+    from grpo_trainer.run.recording import play_episode
 
     device = resolve_device(args.device)
     config = GRPOConfig.from_dict(
@@ -329,7 +329,7 @@ def _play(args: argparse.Namespace) -> int:
         for frame in frames:
             print(frame, end="\n\n")
         return 0
-    from grpo_trainer.recording import write_animation
+    from grpo_trainer.run.recording import write_animation
 
     write_animation(frames, args.out, fps=args.fps)
     print(f"wrote {len(frames)} frames to {args.out}")
@@ -339,9 +339,9 @@ def _play(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     """The conformance checks on the env `train` would build (`make_envs`), at two sizes for
     the num_envs invariance check; 0 when no check failed, 1 when one did."""
-    from grpo_trainer.accel import resolve_device
-    from grpo_trainer.checker import check_vector_env
+    from grpo_trainer.base.accel import resolve_device
     from grpo_trainer.envs import make_envs
+    from grpo_trainer.tools.checker import check_vector_env
 
     for flag in ("num_envs", "steps", "max_steps"):
         if getattr(args, flag) < 1:
@@ -403,8 +403,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.exit(130, "grpo sweep: interrupted; the same command continues the sweep\n")
         parser.exit(130, f"grpo {name}: interrupted; nothing saved since the last checkpoint\n")
     except Exception as err:
-        from grpo_trainer.checkpoint import CheckpointError
-        from grpo_trainer.harness import TrainingStopped
+        from grpo_trainer.base.checkpoint import CheckpointError
+        from grpo_trainer.run.harness import TrainingStopped
 
         if isinstance(err, CheckpointError):  # an unusable --resume / --checkpoint: bad input
             flag = "--resume" if name == "train" else "--checkpoint"

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from grpo_trainer.collective import Collective, SingleProcess, TorchDistributed
+from grpo_trainer.base.collective import Collective, SingleProcess, TorchDistributed
 
 log = logging.getLogger(__name__)
 

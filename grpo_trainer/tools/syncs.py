@@ -1,5 +1,5 @@
 """Counting host syncs: a `TorchDispatchMode` that records the aten calls which copy device
-data to the host (a CUDA sync), so that a test or `grpo_trainer.checker` on the CPU can
+data to the host (a CUDA sync), so that a test or `grpo_trainer.tools.checker` on the CPU can
 assert that code would not sync on a GPU.
 
     with SyncCounter() as syncs:

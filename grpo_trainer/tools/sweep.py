@@ -43,10 +43,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from grpo_trainer.callbacks import Callback, RunState
-from grpo_trainer.checkpoint import atomic_write_text
-from grpo_trainer.config import GRPOConfig
-from grpo_trainer.search_space import Param, apply, check_against, parse_space
+from grpo_trainer.base.checkpoint import atomic_write_text
+from grpo_trainer.base.config import GRPOConfig
+from grpo_trainer.run.callbacks import Callback, RunState
+from grpo_trainer.tools.search_space import Param, apply, check_against, parse_space
 
 log = logging.getLogger(__name__)
 
@@ -129,9 +129,9 @@ class Sweep:
     def run_trial(self, trial: Any) -> float:
         """Optuna's objective: train one trial's config and score it."""
         optuna = import_optuna()
-        from grpo_trainer.accel import resolve_device
+        from grpo_trainer.algorithm.grpo import GRPOTrainer
+        from grpo_trainer.base.accel import resolve_device
         from grpo_trainer.envs import make_envs
-        from grpo_trainer.trainer import GRPOTrainer
 
         values = {p.name: p.suggest(trial) for p in self.params}
         data = apply(self.base, values)

@@ -24,10 +24,10 @@ from typing import Any, NamedTuple
 import torch
 from gymnasium.vector import AutoresetMode
 
-from grpo_trainer.config import GRPOConfig
-from grpo_trainer.env_io import EnvIO
-from grpo_trainer.episodes import EpisodeRunner, RunnerStep, play_until_ended
-from grpo_trainer.policy import ActionHead
+from grpo_trainer.algorithm.policy import ActionHead
+from grpo_trainer.base.config import GRPOConfig
+from grpo_trainer.envs.env_io import EnvIO
+from grpo_trainer.envs.episodes import EpisodeRunner, RunnerStep, play_until_ended
 
 SampleFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 

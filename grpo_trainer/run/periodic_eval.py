@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
-from grpo_trainer.config import parse_target
+from grpo_trainer.base.config import parse_target
+from grpo_trainer.base.metrics import cross_rank
 from grpo_trainer.envs import make_envs
-from grpo_trainer.evaluation import EVAL_SEED, MAX_EVAL_ENVS, evaluate
-from grpo_trainer.metrics import cross_rank
+from grpo_trainer.run.evaluation import EVAL_SEED, MAX_EVAL_ENVS, evaluate
 
 if TYPE_CHECKING:
-    from grpo_trainer.trainer import GRPOTrainer
+    from grpo_trainer.algorithm.grpo import GRPOTrainer
 
 RANK_SEED_STRIDE = 1_000_003  # ranks' eval seeds are this far apart: no game is played twice
 

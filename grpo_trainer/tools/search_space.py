@@ -24,7 +24,7 @@ import typing
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
-from grpo_trainer.config import GRPOConfig, RunConfig, field_type
+from grpo_trainer.base.config import GRPOConfig, RunConfig, field_type
 
 RANGE_KEYS = {"low", "high", "step", "log"}
 

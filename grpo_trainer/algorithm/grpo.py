@@ -21,8 +21,23 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import torch
 
-from grpo_trainer import checkpoint, distributed
-from grpo_trainer.accel import (
+from grpo_trainer.algorithm.advantages import (
+    Advantages,
+    episode_returns,
+    group_relative,
+    windowed_returns,
+)
+from grpo_trainer.algorithm.objective import LossTerms, grpo_loss
+from grpo_trainer.algorithm.policy import Policy
+from grpo_trainer.algorithm.rollout import (
+    EpisodeRollout,
+    Rollout,
+    RolloutBuffer,
+    WindowedRollout,
+    make_rollout,
+)
+from grpo_trainer.base import checkpoint, distributed
+from grpo_trainer.base.accel import (
     Compiled,
     autocast,
     compile_mode,
@@ -32,21 +47,11 @@ from grpo_trainer.accel import (
     resolve_device,
     should_compile,
 )
-from grpo_trainer.advantages import Advantages, episode_returns, group_relative, windowed_returns
-from grpo_trainer.config import GRPOConfig
-from grpo_trainer.env_io import EnvIO
-from grpo_trainer.episodes import summarise
-from grpo_trainer.metrics import cross_rank, memory_stats, to_host
-from grpo_trainer.objective import LossTerms, grpo_loss
-from grpo_trainer.policy import Policy
-from grpo_trainer.rollout import (
-    EpisodeRollout,
-    Rollout,
-    RolloutBuffer,
-    WindowedRollout,
-    make_rollout,
-)
-from grpo_trainer.schedules import lr_factor
+from grpo_trainer.base.config import GRPOConfig
+from grpo_trainer.base.metrics import cross_rank, memory_stats, to_host
+from grpo_trainer.base.schedules import lr_factor
+from grpo_trainer.envs.env_io import EnvIO
+from grpo_trainer.envs.episodes import summarise
 
 log = logging.getLogger(__name__)
 
@@ -512,14 +517,14 @@ class GRPOTrainer:
 
         The run around the updates (`harness.Harness`: checkpoints, evaluation, signals,
         logging) lives in the layer above this module, imported here only when called.
-        `callbacks` hook into the run (`grpo_trainer.callbacks`). Evaluation during training
+        `callbacks` hook into the run (`grpo_trainer.run.callbacks`). Evaluation during training
         plays on `eval_envs`, by default envs made from `config.run.env` like the training
         env. SIGINT/SIGTERM finish the current update, write a checkpoint and return (then
         `stop_signal` names the signal; `stop_reason` says why a run ended early otherwise).
         With `config.run.wandb`, rank 0 also logs to Weights & Biases (`wandb_log.py`); a
         missing wandb package raises `ImportError` before anything runs, on every rank.
         """
-        from grpo_trainer.harness import Harness
+        from grpo_trainer.run.harness import Harness
 
         outcome = Harness(self, callbacks, eval_envs).run()
         self.stop_signal, self.stop_reason = outcome.stop_signal, outcome.stop_reason

@@ -13,10 +13,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from grpo_trainer.metrics import live_line, spec
+from grpo_trainer.base.metrics import live_line, spec
 
 if TYPE_CHECKING:
-    from grpo_trainer.periodic_eval import Target
+    from grpo_trainer.run.periodic_eval import Target
 
 
 class ProgressDisplay:

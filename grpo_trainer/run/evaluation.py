@@ -10,13 +10,13 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from grpo_trainer import checkpoint
-from grpo_trainer.config import GRPOConfig
-from grpo_trainer.env_io import EnvIO
+from grpo_trainer.algorithm.policy import Policy
+from grpo_trainer.base import checkpoint
+from grpo_trainer.base.config import GRPOConfig
+from grpo_trainer.base.metrics import to_host
 from grpo_trainer.envs import make_envs
-from grpo_trainer.episodes import EpisodeRunner, play_until_ended, summarise
-from grpo_trainer.metrics import to_host
-from grpo_trainer.policy import Policy
+from grpo_trainer.envs.env_io import EnvIO
+from grpo_trainer.envs.episodes import EpisodeRunner, play_until_ended, summarise
 
 EVAL_HORIZON = 10_000  # steps an evaluation episode may last when the env declares no limit
 EVAL_SEED = 12345  # the seed evaluations play by default

@@ -1,0 +1,2 @@
+"""Commands on top of everything: the CLI, Optuna sweeps, and the vector-env checker with its
+host-sync counter."""
