@@ -189,6 +189,14 @@ def env_rows(repeats: int) -> list[dict[str, Any]]:
             ),
         ),
         (
+            "AsyncVectorEnv CartPole-v1",
+            16,
+            50,
+            lambda: host_loops(
+                lambda: gym.make_vec("CartPole-v1", num_envs=16, vectorization_mode="async"), 16
+            ),
+        ),
+        (
             "MinAtar Breakout-v1 (SyncVectorEnv)",
             64,
             50,
@@ -224,9 +232,20 @@ def train_rows(updates: int) -> list[dict[str, Any]]:
     from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
     from grpo_trainer.envs import make_envs
 
+    async_ = {"vectorization_mode": "async"}
+    envs: list[tuple[str, dict[str, Any], dict[str, Any]]] = [  # id, env_kwargs, config
+        ("gymnax:CartPole-v1", {}, {}),
+        ("CartPole-v1", {}, {}),
+        ("CartPole-v1", async_, {"num_groups": 2}),  # 16 worker processes
+        ("Acrobot-v1", {}, {}),
+        ("LunarLander-v3", {"vectorization_mode": "sync"}, {}),
+        ("minatar:Breakout-v1", {}, {}),
+        ("envpool:CartPole-v1", {}, {}),
+    ]
     rows = []
-    for env in ["gymnax:CartPole-v1", "CartPole-v1", "Acrobot-v1", "minatar:Breakout-v1"]:
-        config = GRPOConfig(**CARTPOLE, run=RunConfig(env=env, progress=False, compile=False))
+    for env, kwargs, fields in envs:
+        run = RunConfig(env=env, env_kwargs=kwargs, progress=False, compile=False)
+        config = GRPOConfig(**{**CARTPOLE, **fields}, run=run)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             trainer = GRPOTrainer(make_envs(config, config.num_envs, torch.device("cpu")), config)
@@ -235,8 +254,10 @@ def train_rows(updates: int) -> list[dict[str, Any]]:
         for _ in range(updates):
             trainer.update()
         rate = (trainer.env_steps - steps) / (time.perf_counter() - start)
-        rows.append({"env": env, "num_envs": config.num_envs, "env_steps_per_s": round(rate)})
-        print(f"train {env:24s} {rate / 1e3:8.1f}k env-steps/s ({trainer.env.restarts})")
+        method = trainer.env.restart_method.name
+        row = {"env": env, "env_kwargs": kwargs, "num_envs": config.num_envs}
+        rows.append({**row, "restarts": method, "env_steps_per_s": round(rate)})
+        print(f"train {env:24s} {kwargs} {rate / 1e3:8.1f}k env-steps/s ({method})")
     return rows
 
 

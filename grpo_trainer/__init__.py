@@ -7,9 +7,9 @@
 The trainer sees environments only through the Gymnasium vector API and their spaces.
 """
 
-from grpo_trainer.algorithm.grpo import GRPOTrainer
 from grpo_trainer.base.config import GRPOConfig, RunConfig
 from grpo_trainer.run.harness import TrainingStopped
+from grpo_trainer.run.trainer import GRPOTrainer
 
 __all__ = ["GRPOConfig", "GRPOTrainer", "RunConfig", "TrainingStopped"]
 __version__ = "0.1.0"

@@ -395,7 +395,7 @@ def test_the_env_kwargs_episode_limit_is_the_horizon() -> None:
         run=RunConfig(env_kwargs={"max_episode_steps": 50}, progress=False, device="cpu"),
     )
     trainer = GRPOTrainer(make_envs(config, config.num_envs, torch.device("cpu")), config)
-    assert trainer.horizon == 50
+    assert trainer.rollout.horizon == 50
     assert trainer.update()["length_mean"] == 50
 
 

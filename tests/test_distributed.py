@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 import torch
 
-from grpo_trainer.algorithm.grpo import GRPOTrainer
 from grpo_trainer.algorithm.rollout import Rollout
 from grpo_trainer.base import checkpoint, collective, distributed
 from grpo_trainer.base.config import GRPOConfig, RunConfig
 from grpo_trainer.envs import make_envs
+from grpo_trainer.run.trainer import GRPOTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBPROCESS_ENV = {

@@ -47,7 +47,7 @@ def test_gymnax_cartpole_reaches_the_trainer_as_torch() -> None:
     trainer, said = _trainer("gymnax:CartPole-v1")
     assert isinstance(trainer.env.envs, GymnaxVectorEnv)
     assert trainer.env.autoreset_mode.name == "DISABLED"  # the trainer starts groups itself
-    assert trainer.env.restarts == "snapshot"  # per-env keys, masked resets, snapshots
+    assert trainer.env.restart_method.name == "snapshot"  # per-env keys, masked resets, snapshots
     assert trainer.env.max_episode_steps() == 500  # gymnax's own limit, now visible
     assert not trainer.env.envs.check_actions  # the trainer's fast option
     assert said == []
@@ -59,7 +59,7 @@ def test_envpool_cartpole_says_its_seeds_are_fixed() -> None:
     pytest.importorskip("envpool")
     trainer, said = _trainer("envpool:CartPole-v1")
     assert trainer.env.autoreset_mode.name == "NEXT_STEP"
-    assert trainer.env.restarts == "independent"
+    assert trainer.env.restart_method.name == "independent"
     assert trainer.env.max_episode_steps() == 500  # from EnvPool's own spec
     assert any("envpool:CartPole-v1: seeds are fixed at creation" in s for s in said)
 
@@ -68,7 +68,7 @@ def test_minatar_breakout_has_image_observations_and_no_time_limit() -> None:
     pytest.importorskip("minatar")
     trainer, said = _trainer("minatar:Breakout-v1")
     assert trainer.env.observation_space.shape == (10, 10, 4)
-    assert trainer.env.restarts == "snapshot"  # CopiedStateVectorEnv: members copy a new game
+    assert trainer.env.restart_method.name == "snapshot"  # CopiedStateVectorEnv copies new games
     assert trainer.env.max_episode_steps() is None
     assert any("minatar:Breakout-v1: no episode limit" in s for s in said)
     assert not any("sticky" in s or "start" in s for s in said)
@@ -78,7 +78,7 @@ def test_lunar_lander() -> None:
     pytest.importorskip("Box2D")
     pytest.importorskip("pygame")  # gymnasium's box2d module imports it
     trainer, said = _trainer("LunarLander-v3")
-    assert trainer.env.restarts == "seeded"  # Box2D sub-envs cannot be copied
+    assert trainer.env.restart_method.name == "seeded"  # Box2D sub-envs cannot be copied
     assert any("LunarLander-v3: its sub-envs cannot be copied" in s for s in said)
     assert trainer.env.max_episode_steps() == 1000
 

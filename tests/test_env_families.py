@@ -103,7 +103,7 @@ def test_a_restored_sub_env_continues_bit_identically(family: str) -> None:
     """Snapshot sub-env 1; record its next 40 steps; restore the snapshot into sub-envs 3 and
     4 while every other sub-env takes other actions: 3 and 4 replay sub-env 1 exactly."""
     io = _io(family, 6)
-    assert io.restarts == "snapshot"
+    assert io.restart_method.name == "snapshot"
     envs = io.envs
     io.reset_groups(list(range(6)), 1)
     rng = np.random.default_rng(0)
@@ -303,7 +303,7 @@ def test_an_env_that_cannot_be_copied_keeps_seeded_restarts_and_says_so() -> Non
     envs = gym.make_vec("LunarLander-v3", num_envs=2, vectorization_mode="sync")
     with pytest.warns(RuntimeWarning, match=r"LunarLander-v3: its sub-envs cannot be copied"):
         io = EnvIO(envs, CPU)
-    assert io.restarts == "seeded"
+    assert io.restart_method.name == "seeded"
 
 
 def test_an_async_env_that_cannot_be_copied_keeps_seeded_restarts_and_says_so() -> None:
@@ -313,7 +313,7 @@ def test_an_async_env_that_cannot_be_copied_keeps_seeded_restarts_and_says_so() 
     OPENED.append(envs)
     with pytest.warns(RuntimeWarning, match=r"LockedEnv.*copied \(TypeError: cannot pickle"):
         io = EnvIO(envs, CPU)
-    assert io.restarts == "seeded"
+    assert io.restart_method.name == "seeded"
     obs = io.reset_groups([3], 2)
     obs = io.step(torch.tensor([1, 0])).obs
     assert not torch.equal(obs[0], obs[1])
@@ -416,7 +416,7 @@ def test_the_trainer_starts_groups_alike_and_branches(env: str) -> None:
         for _ in range(2):
             metrics = trainer.update()
     said = [str(w.message) for w in caught]
-    assert trainer.env.restarts == "snapshot"
+    assert trainer.env.restart_method.name == "snapshot"
     assert not [s for s in said if "start" in s or "same situation" in s], said
     assert metrics["valid_steps"] > 0 and np.isfinite(metrics["loss"])
 

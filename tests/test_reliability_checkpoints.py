@@ -305,7 +305,7 @@ def test_resume_across_optimizer_implementations(
     path = tmp_path / "a.pt"
     checkpoint.atomic_save(first.state_dict(), path)
     second = make_trainer(run={"fused_optimizer": resumed_fused, "resume": str(path)})
-    assert second.fused is resumed_fused
+    assert second.optimizer_step.fused is resumed_fused
     assert bool(second.optimizer.param_groups[0]["fused"]) is resumed_fused
     metrics = second.update()  # the fused path passes found_inf: a foreach group would assert
     assert metrics["update"] == 2

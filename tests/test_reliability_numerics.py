@@ -93,7 +93,7 @@ def make_trainer(
         ),
     )
     trainer = GRPOTrainer(PoisonBandit(4, poison, what), config)
-    assert trainer.fused is fused
+    assert trainer.optimizer_step.fused is fused
     return trainer
 
 

@@ -19,7 +19,7 @@ from uncopyable import LockedEnv
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from fruit_env import core
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
-from grpo_trainer.algorithm.grpo import storage_dtype
+from grpo_trainer.algorithm.rollout import storage_dtype
 from grpo_trainer.envs.env_io import EnvIO
 
 CPU = torch.device("cpu")
@@ -85,7 +85,7 @@ def test_reset_groups_gives_identical_starts_within_groups() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # FruitCatcher takes per-env seeds: no fallback warning
         obs = io.reset_groups([101, 202, 303], size)
-    assert io.per_env_seeds is True and io.restarts == "snapshot"
+    assert io.per_env_seeds is True and io.restart_method.name == "snapshot"
     grouped = obs.unflatten(0, (groups, size))
     assert torch.equal(grouped, grouped[:, :1].expand_as(grouped))
     assert not torch.equal(grouped[0, 0], grouped[1, 0])
@@ -112,20 +112,20 @@ def test_reset_groups_passes_each_member_its_group_seed() -> None:
 def test_restart_strategies_follow_what_the_env_offers() -> None:
     """State protocol (own, or an adapter's) -> snapshot; Gymnasium's vector envs of envs
     that cannot be copied -> seeded; otherwise independent."""
-    assert EnvIO(_fruit(2), CPU).restarts == "snapshot"
-    assert EnvIO(_cartpole(2), CPU).restarts == "snapshot"  # ArrayStateVectorEnv
+    assert EnvIO(_fruit(2), CPU).restart_method.name == "snapshot"
+    assert EnvIO(_cartpole(2), CPU).restart_method.name == "snapshot"  # ArrayStateVectorEnv
     sync = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
-    assert EnvIO(sync, CPU).restarts == "snapshot"  # CopiedStateVectorEnv
+    assert EnvIO(sync, CPU).restart_method.name == "snapshot"  # CopiedStateVectorEnv
     async_envs = _async_cartpole(2)
     try:
-        assert EnvIO(async_envs, CPU).restarts == "snapshot"  # PickledStateVectorEnv
+        assert EnvIO(async_envs, CPU).restart_method.name == "snapshot"  # PickledStateVectorEnv
     finally:
         async_envs.close()
     with pytest.warns(RuntimeWarning, match="cannot be copied"):
-        assert EnvIO(_uncopyable(2), CPU).restarts == "seeded"
-    assert EnvIO(_unadapted(2), CPU).restarts == "independent"
+        assert EnvIO(_uncopyable(2), CPU).restart_method.name == "seeded"
+    assert EnvIO(_unadapted(2), CPU).restart_method.name == "independent"
     # A wrapper hides the protocol of the env it wraps unless it passes it on itself.
-    assert EnvIO(gym.vector.VectorWrapper(_fruit(2)), CPU).restarts == "independent"
+    assert EnvIO(gym.vector.VectorWrapper(_fruit(2)), CPU).restart_method.name == "independent"
 
 
 def test_an_env_without_seed_lists_warns_once() -> None:
@@ -153,7 +153,7 @@ def test_fruit_features_cost_at_most_32_bytes_per_step() -> None:
     assert buffer.obs.dtype == torch.float16 and buffer.obs.shape[2:] == (10,)
     assert buffer.actions.dtype == torch.uint8
     assert buffer.bytes_per_step == 10 * 2 + 1 + 4 + 4 + 1 + 1 <= 32
-    assert buffer.rows == 8 + 3 and buffer.ready == 8 and buffer.carry == 3
+    assert buffer.rows == 8 + 3 and buffer.trained_rows == 8 and buffer.lookahead_rows == 3
 
 
 def test_storage_dtype_follows_the_observation_space() -> None:
@@ -232,7 +232,7 @@ def test_group_members_are_identical_after_every_restart_and_branch(
                 # Every member of b's group that moves follows one source.
                 group = slice(b // size * size, b // size * size + size)
                 assert (source[group][moved[group]] == source[b]).all()
-            row = trainer.buffer.carry + steps - before  # the row stored after the restore
+            row = trainer.buffer.lookahead_rows + steps - before  # the row stored after the restore
             if row < trainer.buffer.rows:
                 expected = core.observe_features(env.unwrapped.params, state).half()
                 assert torch.equal(trainer.buffer.obs[row], expected)
@@ -376,7 +376,7 @@ def test_episodes_mode_masks_steps_after_each_members_end() -> None:
     trainer = _trainer(_fruit(16, **kwargs), rollout="episodes", group_size=4, max_episode_steps=48)
     metrics = trainer.update()
     buffer = trainer.buffer
-    seeds = [s for s in trainer.group_seeds(0, 4) for _ in range(4)]
+    seeds = [s for s in trainer.rollout.seeds(0) for _ in range(4)]
     raw_reward, raw_done = _replay(seeds, buffer.actions, **kwargs)
     steps = torch.arange(48)[:, None]
     first_done = torch.where(raw_done, steps, 48).min(0).values
@@ -392,7 +392,7 @@ def test_episodes_mode_shortens_the_horizon_when_every_episode_ends_early() -> N
     trainer = _trainer(_fruit(4, max_episode_steps=20), rollout="episodes", max_episode_steps=100)
     first = trainer.update()
     assert first["horizon"] == 100 and first["episodes"] == 4 and first["length_max"] == 20
-    assert trainer.horizon == 48  # ceil16(1.25 * 20 + 8)
+    assert trainer.rollout.horizon == 48  # ceil16(1.25 * 20 + 8)
     assert trainer.update()["horizon"] == 48
 
 

@@ -331,8 +331,9 @@ def test_fused_and_foreach_optimizers_agree() -> None:
     """fused_optimizer True/False both run on CPU and make (numerically) the same update."""
     fused = _fruit_trainer(fused_optimizer=True)
     foreach = _fruit_trainer(fused_optimizer=False)
-    assert fused.fused is True and fused.optimizer.defaults["fused"] is True  # torch >= 2.4
-    assert foreach.fused is False and foreach.optimizer.defaults["foreach"] is True
+    # fused AdamW on the CPU: torch >= 2.4
+    assert fused.optimizer_step.fused is True and fused.optimizer.defaults["fused"] is True
+    assert foreach.optimizer_step.fused is False and foreach.optimizer.defaults["foreach"] is True
     fused.update()
     foreach.update()
     for a, b in zip(fused.policy.parameters(), foreach.policy.parameters(), strict=True):

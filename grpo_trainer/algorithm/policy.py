@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from grpo_trainer.base.config import GRPOConfig
+
 
 class ActionHead(nn.Module):
     """Base class: maps features to distribution parameters and defines the distribution."""
@@ -30,22 +32,27 @@ class ActionHead(nn.Module):
     def noise(
         self, batch: int, generator: torch.Generator | None, device: torch.device
     ) -> torch.Tensor:
+        """The randomness of `batch` samples, drawn outside compiled code."""
         raise NotImplementedError
 
     def sample(
         self, params: torch.Tensor, noise: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """An action per row of `params`, from `noise`, and its log-prob."""
         raise NotImplementedError
 
     def greedy(self, params: torch.Tensor) -> torch.Tensor:
+        """The most likely action per row (evaluation)."""
         raise NotImplementedError
 
     def log_prob_entropy(
         self, params: torch.Tensor, action: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The log-prob of stored actions, and the distribution's entropy, per row."""
         raise NotImplementedError
 
     def to_env(self, action: torch.Tensor) -> torch.Tensor:
+        """A stored action as the env takes it (e.g. clipped to its bounds)."""
         return action
 
     def correlate(
@@ -339,3 +346,17 @@ class Policy(nn.Module):
         self, obs: torch.Tensor, action: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return self.head.log_prob_entropy(self(obs), action)
+
+
+def build_policy(
+    config: GRPOConfig, observation_space: gym.Space, action_space: gym.Space
+) -> Policy:
+    """The network a config describes, for these spaces: the one definition the trainer and
+    a checkpoint's reader (evaluation, play) share."""
+    return Policy(
+        observation_space,
+        action_space,
+        config.hidden_sizes,
+        config.activation,
+        config.cnn_channels,
+    )

@@ -293,6 +293,11 @@ def load_for_resume(path: Path | str) -> tuple[dict[str, Any], Path]:
     raise CheckpointError(f"no usable checkpoint in {folder}" + "".join(f"\n  {e}" for e in errors))
 
 
+def space_signature(observation_space: Any, action_space: Any) -> dict[str, str]:
+    """How a checkpoint records the spaces its policy was made for."""
+    return {"observation_space": str(observation_space), "action_space": str(action_space)}
+
+
 def check_compatible(
     payload: Mapping[str, Any], where: Path, spaces: Mapping[str, str], config: Mapping[str, Any]
 ) -> None:

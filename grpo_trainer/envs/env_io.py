@@ -5,20 +5,21 @@ own envs give) into tensors on the trainer's device, zero-copy where the memory 
 turns actions back. It also starts groups: every member of a group starts alike.
 
 How a group can start again while its neighbours play on depends on what the env offers,
-found once at construction (`restarts`). First the env's family adapter is put around it
-where it has none of its own (`envs.state.with_state_protocol`: Gymnasium's numpy
-`CartPoleVectorEnv`, and `SyncVectorEnv`s and `AsyncVectorEnv`s whose sub-envs can be
-copied), then:
+found once at construction (`restart_method`, one of three types). First the env's family
+adapter is put around it where it has none of its own (`envs.state.with_state_protocol`:
+Gymnasium's numpy `CartPoleVectorEnv`, and `SyncVectorEnv`s and `AsyncVectorEnv`s whose
+sub-envs can be copied), then:
 
-* `"snapshot"`: the env offers the sub-env state protocol (`snapshot_state(index)` and
-  `restore_state(index, snapshot)`, docs/env.md) and masked resets. A restarting group's
-  first member resets; the others copy its state. Groups can also *branch*: every member
-  takes the state one of them reached. On a device env, without a host sync.
-* `"seeded"`: `SyncVectorEnv`s and `AsyncVectorEnv`s of envs that cannot be copied (Box2D;
-  masked resets with a seed per sub-env): a restarting group's members reset with one new
-  seed.
-* `"independent"`: neither. Sub-envs restart through the env's own autoreset, each on its
-  own, so members of a group are no longer in step; a warning says so once.
+* `FromSnapshots` ("snapshot"): the env offers the sub-env state protocol
+  (`snapshot_state(index)` and `restore_state(index, snapshot)`, docs/env.md) and masked
+  resets. A restarting group's first member resets; the others copy its state. Groups can
+  also *branch*: every member takes the state one of them reached. On a device env, without
+  a host sync.
+* `FromSeeds` ("seeded"): `SyncVectorEnv`s and `AsyncVectorEnv`s of envs that cannot be
+  copied (Box2D; masked resets with a seed per sub-env): a restarting group's members reset
+  with one new seed.
+* `ByAutoreset` ("independent"): neither. Sub-envs restart through the env's own autoreset,
+  each on its own, so members of a group are no longer in step; a warning says so once.
 """
 
 from __future__ import annotations
@@ -26,20 +27,28 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
+from torch import Tensor
 
 from grpo_trainer.envs.state import has_state_protocol, with_state_protocol
 
-__all__ = ["EnvIO", "EnvStep", "Restarts", "has_state_protocol", "to_tensor"]
+__all__ = [
+    "ByAutoreset",
+    "EnvIO",
+    "EnvStep",
+    "FromSeeds",
+    "FromSnapshots",
+    "RestartMethod",
+    "has_state_protocol",
+    "to_tensor",
+]
 
 log = logging.getLogger(__name__)
-
-Restarts = Literal["snapshot", "seeded", "independent"]
 
 
 class EnvStep(NamedTuple):
@@ -75,17 +84,12 @@ class EnvIO:
         # Scores the env calls good enough, e.g. {"catch_rate": 0.70}: the run records when
         # its evaluation first reaches one (periodic_eval).
         self.episode_goals: dict[str, float] = dict(metadata.get("episode_goals", {}))
-        self.restarts: Restarts = self._find_restarts()
-        self.numpy_actions: bool | None = None  # decided by what reset returns
+        self.restart_method = _restart_method(self)
+        # what the env takes as actions: numpy where its observations are numpy (decided by
+        # what the first reset returns), else the trainer's tensors as they are
+        self.env_actions: Callable[[torch.Tensor], Any] = _before_reset
         self.per_env_seeds: bool | None = None  # does reset accept a list of seeds?
         self.indices = torch.arange(self.num_envs, device=device)  # every sub-env, in order
-
-    def _find_restarts(self) -> Restarts:
-        if has_state_protocol(self.envs):
-            return "snapshot"
-        if isinstance(self.envs.unwrapped, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
-            return "seeded"
-        return "independent"
 
     def max_episode_steps(self) -> int | None:
         """The env's own episode limit: its `max_episode_steps` attribute (what it was made
@@ -145,29 +149,12 @@ class EnvIO:
         snapshots, a sub-env whose source is another, not fresh one *branches*: it continues
         from the state that sub-env has reached.
         """
-        if self.restarts == "snapshot":
-            leaders = fresh & (source == self.indices)
-            new_obs, _ = self.envs.reset(options={"reset_mask": leaders})
-            obs = torch.where(_rows(leaders, obs), self._obs(new_obs), obs)
-            self.envs.restore_state(self.indices, self.envs.snapshot_state(source))
-            return obs.index_select(0, source)
-        if self.restarts == "seeded":  # numpy envs: the host already waits on every step
-            mask = fresh.cpu().numpy()
-            if not mask.any():
-                return obs
-            per_env = [seed if m else None for seed, m in zip(seeds(), mask, strict=True)]
-            new_obs, _ = self.envs.reset(seed=per_env, options={"reset_mask": mask})
-            return torch.where(_rows(fresh, obs), self._obs(new_obs), obs)
-        raise RuntimeError("this env restarts its sub-envs itself (restarts='independent')")
+        return self.restart_method.restart(obs, fresh, source, seeds)
 
     # -- stepping ------------------------------------------------------------------------------
 
     def step(self, action: torch.Tensor) -> EnvStep:
-        if self.numpy_actions:
-            env_action: Any = action.detach().cpu().numpy()
-        else:
-            env_action = action
-        obs, reward, terminated, truncated, info = self.envs.step(env_action)
+        obs, reward, terminated, truncated, info = self.envs.step(self.env_actions(action))
         done = to_tensor(terminated, self.device, torch.bool) | to_tensor(
             truncated, self.device, torch.bool
         )
@@ -175,15 +162,13 @@ class EnvIO:
             self._obs(obs), to_tensor(reward, self.device, torch.float32), done, self._episode(info)
         )
 
-    # -- state snapshots (restarts == "snapshot") ------------------------------------------------
+    # -- state snapshots (FromSnapshots) -----------------------------------------------------
 
     def snapshot(self) -> Any:
-        """Every sub-env's state, for a checkpoint (CPU tensors); None where the state is not
-        arrays (copied Python envs: a checkpoint holds tensors only, and loads no code)."""
-        state = self.envs.snapshot_state(self.indices)
-        if not all(isinstance(t, (torch.Tensor, np.ndarray)) for t in state):
-            return None
-        return [to_tensor(t, torch.device("cpu")).detach().clone() for t in state]
+        """Every sub-env's state, for a checkpoint (CPU tensors); None where the env has no
+        snapshots, or they are not arrays (copied Python envs: a checkpoint holds tensors
+        only, and loads no code)."""
+        return self.restart_method.snapshot()
 
     def restore(self, snapshot: Any) -> None:
         """Put back what `snapshot()` returned (a checkpoint's env state)."""
@@ -192,8 +177,8 @@ class EnvIO:
     # -- internals ---------------------------------------------------------------------------
 
     def _obs(self, obs: Any) -> torch.Tensor:
-        if self.numpy_actions is None:
-            self.numpy_actions = not isinstance(obs, torch.Tensor)
+        if self.env_actions is _before_reset:
+            self.env_actions = _as_tensor if isinstance(obs, torch.Tensor) else _as_numpy
         return to_tensor(obs, self.device)
 
     def _episode(self, info: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -225,6 +210,92 @@ class EnvIO:
             )
 
 
+def _before_reset(action: torch.Tensor) -> Any:
+    raise RuntimeError("reset the env (EnvIO.reset_groups) before stepping it")
+
+
+def _as_tensor(action: torch.Tensor) -> torch.Tensor:
+    return action
+
+
+def _as_numpy(action: torch.Tensor) -> Any:
+    return action.detach().cpu().numpy()
+
+
 def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """A `(B,)` mask shaped to broadcast over `(B, ...)` rows."""
     return mask.view(-1, *([1] * (like.dim() - 1)))
+
+
+# -- how a sub-env starts again while its neighbours play on -----------------------------------
+
+Seeds = Callable[[], list[int]]  # a restart point's seeds, one per sub-env (drawn when asked)
+
+
+class RestartMethod:
+    """What the env lets the trainer do to start sub-envs again, found once per env."""
+
+    name = ""
+    can_branch = False  # sub-envs can take each other's state
+    restarts_itself = False  # only the env's own autoreset starts a sub-env again
+
+    def __init__(self, io: EnvIO) -> None:
+        self.io = io
+
+    def restart(self, obs: Tensor, fresh: Tensor, source: Tensor, seeds: Seeds) -> Tensor:
+        raise RuntimeError(f"{type(self.io.envs).__name__} restarts its sub-envs itself")
+
+    def snapshot(self) -> Any:
+        return None
+
+
+class FromSnapshots(RestartMethod):
+    """Restarting sub-envs that are their own source reset (masked); every sub-env then takes
+    its source's state. On a device env, without a host sync."""
+
+    name = "snapshot"
+    can_branch = True
+
+    def restart(self, obs: Tensor, fresh: Tensor, source: Tensor, seeds: Seeds) -> Tensor:
+        io = self.io
+        leaders = fresh & (source == io.indices)
+        new_obs, _ = io.envs.reset(options={"reset_mask": leaders})
+        obs = torch.where(_rows(leaders, obs), io._obs(new_obs), obs)
+        io.envs.restore_state(io.indices, io.envs.snapshot_state(source))
+        return obs.index_select(0, source)
+
+    def snapshot(self) -> Any:
+        state = self.io.envs.snapshot_state(self.io.indices)
+        if not all(isinstance(t, (torch.Tensor, np.ndarray)) for t in state):
+            return None
+        return [to_tensor(t, torch.device("cpu")).detach().clone() for t in state]
+
+
+class FromSeeds(RestartMethod):
+    """Restarting sub-envs reset with their group's seed (numpy envs: the host already waits
+    on every step, so reading the mask costs nothing more)."""
+
+    name = "seeded"
+
+    def restart(self, obs: Tensor, fresh: Tensor, source: Tensor, seeds: Seeds) -> Tensor:
+        io, mask = self.io, fresh.cpu().numpy()
+        if not mask.any():
+            return obs
+        per_env = [seed if m else None for seed, m in zip(seeds(), mask, strict=True)]
+        new_obs, _ = io.envs.reset(seed=per_env, options={"reset_mask": mask})
+        return torch.where(_rows(fresh, obs), io._obs(new_obs), obs)
+
+
+class ByAutoreset(RestartMethod):
+    """The env restarts each sub-env itself; the trainer only follows."""
+
+    name = "independent"
+    restarts_itself = True
+
+
+def _restart_method(io: EnvIO) -> RestartMethod:
+    if has_state_protocol(io.envs):
+        return FromSnapshots(io)
+    if isinstance(io.envs.unwrapped, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
+        return FromSeeds(io)
+    return ByAutoreset(io)

@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from grpo_trainer.algorithm.policy import Policy
+from grpo_trainer.algorithm.policy import Policy, build_policy
 from grpo_trainer.base import checkpoint
 from grpo_trainer.base.config import GRPOConfig
 from grpo_trainer.base.metrics import to_host
@@ -37,18 +37,10 @@ def load_policy(
     own = envs is None
     envs = envs if envs is not None else make_envs(config, 1, device)
     try:
-        spaces = {
-            "observation_space": str(envs.single_observation_space),
-            "action_space": str(envs.single_action_space),
-        }
+        obs_space, action_space = envs.single_observation_space, envs.single_action_space
+        spaces = checkpoint.space_signature(obs_space, action_space)
         checkpoint.check_compatible(payload, Path(path), spaces, config.to_dict())
-        policy = Policy(
-            envs.single_observation_space,
-            envs.single_action_space,
-            config.hidden_sizes,
-            config.activation,
-            config.cnn_channels,
-        )
+        policy = build_policy(config, obs_space, action_space)
         policy.load_state_dict(payload["policy"])
     except RuntimeError as err:  # the weights are not those of the network the config names
         network = {name: getattr(config, name) for name in checkpoint.ARCHITECTURE_FIELDS}

@@ -22,12 +22,12 @@ from grpo_trainer.base.metrics import MetricsWriter, keep_rows_up_to
 from grpo_trainer.run.callbacks import Best, Callback, RunState
 
 if TYPE_CHECKING:
-    from grpo_trainer.algorithm.grpo import GRPOTrainer
+    from grpo_trainer.algorithm.grpo import GRPO
 
 log = logging.getLogger(__name__)
 
 
-def resumed_best(trainer: GRPOTrainer) -> Best:
+def resumed_best(trainer: GRPO) -> Best:
     """The best score the resumed checkpoint recorded (older files called it best_return)."""
     saved = trainer.checkpoint_extras
     score = saved.get("best_score", saved.get("best_return", -math.inf))
@@ -43,7 +43,7 @@ class RunFiles(Callback):
     """
 
     def __init__(
-        self, trainer: GRPOTrainer, announce: Callable[[str, Path], None], tensorboard: bool
+        self, trainer: GRPO, announce: Callable[[str, Path], None], tensorboard: bool
     ) -> None:
         self.trainer, self.announce, self.tensorboard = trainer, announce, tensorboard
         run = trainer.config.run

@@ -1,4 +1,4 @@
-"""The run: a loop around `GRPOTrainer.agreed_update`, with its services as callbacks.
+"""The run: a loop around `GRPO.agreed_update`, with its services as callbacks.
 
 `Harness.run` updates until the env-step budget is spent. Around each update: evaluation
 every `eval_every` env steps (`periodic_eval`), the run's files and checkpoints
@@ -29,7 +29,7 @@ from grpo_trainer.run.progress import ProgressDisplay
 if TYPE_CHECKING:
     import gymnasium as gym
 
-    from grpo_trainer.algorithm.grpo import GRPOTrainer
+    from grpo_trainer.algorithm.grpo import GRPO
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +48,11 @@ class RunOutcome:
 
 
 class Harness:
-    """Runs one `GRPOTrainer` to its budget."""
+    """Runs one `GRPO` to its budget."""
 
     def __init__(
         self,
-        trainer: GRPOTrainer,
+        trainer: GRPO,
         callbacks: Sequence[Callback] = (),
         eval_envs: gym.vector.VectorEnv | None = None,
     ) -> None:

@@ -27,7 +27,7 @@ from grpo_trainer.envs import make_envs
 from grpo_trainer.run.evaluation import EVAL_SEED, MAX_EVAL_ENVS, evaluate
 
 if TYPE_CHECKING:
-    from grpo_trainer.algorithm.grpo import GRPOTrainer
+    from grpo_trainer.algorithm.grpo import GRPO
 
 RANK_SEED_STRIDE = 1_000_003  # ranks' eval seeds are this far apart: no game is played twice
 
@@ -51,7 +51,7 @@ class Target:
 class PeriodicEvaluator:
     """Decides when to evaluate, plays the episodes, and tracks the target."""
 
-    def __init__(self, trainer: GRPOTrainer, envs: gym.vector.VectorEnv | None = None) -> None:
+    def __init__(self, trainer: GRPO, envs: gym.vector.VectorEnv | None = None) -> None:
         self.trainer = trainer
         run = trainer.config.run
         self.every = run.eval_every

@@ -284,6 +284,14 @@ def _with_rows(tree: Any, source: Any, rows: Mapping[int, int]) -> Any:
     return out
 
 
+def _first_row_that_differs(a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> int | None:
+    """The first sub-env among `rows` (a bool mask) whose entries of `a` and `b` differ."""
+    for j in np.nonzero(rows)[0]:
+        if not np.array_equal(a[j], b[j]):
+            return int(j)
+    return None
+
+
 def _call(what: str, function: Callable[..., Any], *args: Any) -> Any:
     """Call one of the env's protocol methods; a raise fails the check, naming the call."""
     try:
@@ -540,14 +548,14 @@ class _Runner:
             )
         again = _np(self.step(other)[0])
         first = _np(after[0])
-        for j in np.nonzero(ended)[0]:
-            if not np.array_equal(first[j], again[j]):
-                raise _Failed(
-                    "fail",
-                    f"NEXT_STEP: the step after the end ({where}) depends on the action: "
-                    f"sub-env {j} obs {_short(first[j])} with action {_short(actions[t + 1][j])}, "
-                    f"{_short(again[j])} with {_short(other[j])}",
-                )
+        j = _first_row_that_differs(first, again, ended)
+        if j is not None:
+            raise _Failed(
+                "fail",
+                f"NEXT_STEP: the step after the end ({where}) depends on the action: "
+                f"sub-env {j} obs {_short(first[j])} with action {_short(actions[t + 1][j])}, "
+                f"{_short(again[j])} with {_short(other[j])}",
+            )
         return f"NEXT_STEP: {where} ended; the next step ignored the action, reward 0, not done"
 
     def _same_step(self, out: tuple[Any, ...], ended: np.ndarray, where: str) -> str:
@@ -590,14 +598,13 @@ class _Runner:
         mask = ended if self.kind != "torch" else torch.as_tensor(ended, device=self.device)
         obs, _ = self.reset(options={"reset_mask": mask})
         after = _np(obs)
-        for j in np.nonzero(~ended)[0]:
-            if not np.array_equal(before[j], after[j]):
-                raise _Failed(
-                    "fail",
-                    f"DISABLED: reset(options={{'reset_mask': mask}}) at "
-                    f"{where} changed unmasked sub-env {j}: {_short(before[j])} -> "
-                    f"{_short(after[j])}",
-                )
+        j = _first_row_that_differs(before, after, ~ended)
+        if j is not None:
+            raise _Failed(
+                "fail",
+                f"DISABLED: reset(options={{'reset_mask': mask}}) at {where} changed unmasked "
+                f"sub-env {j}: {_short(before[j])} -> {_short(after[j])}",
+            )
         moved = self.step(self.sample(self.seed + 5, 1)[0])
         if np.any((_np(moved[2]) | _np(moved[3]))[ended]):
             raise _Failed(

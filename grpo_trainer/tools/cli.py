@@ -218,11 +218,11 @@ def config_from_args(args: argparse.Namespace) -> GRPOConfig:
 def _train(args: argparse.Namespace) -> int:
     import torch
 
-    from grpo_trainer.algorithm.grpo import GRPOTrainer
     from grpo_trainer.base import distributed
     from grpo_trainer.base.accel import resolve_device
     from grpo_trainer.envs import make_envs
     from grpo_trainer.run.harness import Harness
+    from grpo_trainer.run.trainer import GRPOTrainer
 
     config = config_from_args(args)
     # Under torchrun: join the process group; each rank gets its own device and envs.

@@ -129,9 +129,9 @@ class Sweep:
     def run_trial(self, trial: Any) -> float:
         """Optuna's objective: train one trial's config and score it."""
         optuna = import_optuna()
-        from grpo_trainer.algorithm.grpo import GRPOTrainer
         from grpo_trainer.base.accel import resolve_device
         from grpo_trainer.envs import make_envs
+        from grpo_trainer.run.trainer import GRPOTrainer
 
         values = {p.name: p.suggest(trial) for p in self.params}
         data = apply(self.base, values)

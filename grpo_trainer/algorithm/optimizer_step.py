@@ -1,0 +1,97 @@
+"""One optimiser step per minibatch: backward (scaled under fp16 AMP), clip, apply, and skip
+where the loss or a gradient is not finite, decided on the device.
+
+A non-finite step must not reach the weights, and asking the host whether it is finite would
+stall a GPU once per minibatch. So the verdict stays a tensor: the fused optimizer takes it as
+its `found_inf` input (the mechanism GradScaler uses); foreach AdamW has no such input, so its
+step is taken and then undone where the verdict says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from grpo_trainer.base.accel import make_optimizer
+from grpo_trainer.base.collective import Collective
+from grpo_trainer.base.config import GRPOConfig
+
+
+class OptimizerStep:
+    """AdamW (fused where the device has it) with gradient clipping and device-side skips."""
+
+    def __init__(
+        self, policy: nn.Module, config: GRPOConfig, amp: str, collective: Collective
+    ) -> None:
+        self.policy, self.collective = policy, collective
+        self.max_grad_norm = config.max_grad_norm
+        self.optimizer, self.fused = make_optimizer(
+            policy.parameters(), config.lr, config.weight_decay, config.run.fused_optimizer
+        )
+        self.scaler = torch.amp.GradScaler("cuda") if amp == "fp16" else None
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+
+    def apply(self, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Clip and apply the gradients, unless `loss` or a gradient is not finite. Returns the
+        gradient norm (0 where not finite) and the verdict, both on the device."""
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        params = [p for p in self.policy.parameters() if p.grad is not None]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+        finite = self.collective.finite(grad_norm, loss)
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        elif self.fused:
+            self.optimizer.found_inf = (~finite).float()  # type: ignore[attr-defined]
+            self.optimizer.step()
+            del self.optimizer.found_inf  # type: ignore[attr-defined]
+        else:
+            self._step_where(finite)
+        return torch.nan_to_num(grad_norm, nan=0.0, posinf=0.0), finite
+
+    @torch.no_grad()
+    def _step_where(self, finite: torch.Tensor) -> None:
+        """A foreach step kept only where `finite`: parameters, Adam's moments and its step
+        count (which foreach AdamW keeps on the device where it can: accel.make_optimizer)."""
+        before = {id(t): t.clone() for t in self._tensors(finite.device)}
+        self.optimizer.step()
+        for t in self._tensors(finite.device):  # state this first step made falls back to zero
+            old = before.get(id(t))
+            t.copy_(torch.where(finite, t, torch.zeros_like(t) if old is None else old))
+
+    def _tensors(self, device: torch.device) -> Iterator[torch.Tensor]:
+        for p in self.policy.parameters():
+            state = self.optimizer.state.get(p, {})
+            yield p
+            yield from (t for t in state.values() if t.device == device)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler else None,
+        }
+
+    def load_state_dict(self, optimizer: dict[str, Any], scaler: dict[str, Any] | None) -> None:
+        """Adam's state from a checkpoint. The implementation (fused or foreach) stays this
+        run's choice: a fused step's `found_inf` on a foreach optimizer would fail in torch."""
+        implementation = [
+            {k: g[k] for k in ("fused", "foreach") if k in g} for g in self.optimizer.param_groups
+        ]
+        self.optimizer.load_state_dict(optimizer)
+        for group, kept in zip(self.optimizer.param_groups, implementation, strict=True):
+            group.update(kept)
+        if self.scaler and scaler:
+            self.scaler.load_state_dict(scaler)

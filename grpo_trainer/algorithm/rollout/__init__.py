@@ -1,0 +1,149 @@
+"""Rollouts: play the policy in every sub-env and store what the update needs, on the device.
+
+Two modes, one protocol (`RolloutMode`), chosen once from the config by `make_rollout`:
+
+* `WindowedRollout` (the default): every update plays `rollout_steps` steps in every sub-env,
+  and episodes run on across updates; the last `window - 1` rows wait for the next update as
+  the look-ahead of their returns. Groups whose members have all ended start again together.
+* `EpisodeRollout`: every member plays one whole episode per update from a group reset.
+
+The trainer calls the protocol and nothing else, so it never asks which mode it runs. No
+step of a collect waits on the device.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Protocol
+
+import torch
+
+from grpo_trainer.algorithm.policy import ActionHead
+from grpo_trainer.algorithm.rollout.buffer import Rollout, RolloutBuffer, storage_dtype
+from grpo_trainer.algorithm.rollout.recorder import ExplorationNoise, Recorder, SampleFn
+from grpo_trainer.algorithm.rollout.restarts import (
+    GroupRestarts,
+    GroupSeeds,
+    IndependentRestarts,
+    RestartPolicy,
+)
+from grpo_trainer.algorithm.rollout.saved import SavedRollout, saved_rollout
+from grpo_trainer.algorithm.rollout.whole_episodes import EpisodeRollout
+from grpo_trainer.algorithm.rollout.windowed import WindowedRollout
+from grpo_trainer.base.config import GRPOConfig
+from grpo_trainer.envs.env_io import EnvIO
+
+__all__ = [
+    "EpisodeRollout",
+    "ExplorationNoise",
+    "GroupSeeds",
+    "Recorder",
+    "Rollout",
+    "RolloutBuffer",
+    "RolloutMode",
+    "SavedRollout",
+    "WindowedRollout",
+    "make_rollout",
+    "saved_rollout",
+    "storage_dtype",
+]
+
+
+class RolloutMode(Protocol):
+    """What the trainer asks of a rollout, whatever the mode."""
+
+    buffer: RolloutBuffer
+    horizon: int  # steps per sub-env the next collect plays
+
+    @property
+    def steps_played(self) -> int:
+        """Steps each sub-env played in the last collect."""
+        ...
+
+    def collect(self, sample: SampleFn, generator: torch.Generator) -> Rollout:
+        """Play with `sample(obs, noise) -> (action, log_prob)` and store what the update needs."""
+        ...
+
+    def after_update(self, metrics: dict[str, float]) -> None:
+        """Learn from the update's host metrics what the next collect needs (and report it)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint must hold to continue this rank's rollout exactly."""
+        ...
+
+    def resume(self, saved: SavedRollout) -> None:
+        """Continue from what a checkpoint holds."""
+        ...
+
+
+def make_rollout(
+    config: GRPOConfig,
+    env: EnvIO,
+    head: ActionHead,
+    seeds: GroupSeeds,
+    generator: torch.Generator,
+) -> RolloutMode:
+    """The rollout the config asks for, with the restart policy the env allows."""
+    obs_shape = tuple(env.observation_space.shape or ())
+    obs_dtype = storage_dtype(env.observation_space, config.obs_storage)
+    noise = ExplorationNoise(head, env.num_envs, config.noise_correlation)
+    if config.rollout == "episodes":
+        horizon = config.max_episode_steps or env.max_episode_steps()
+        if horizon is None:
+            raise ValueError(
+                "rollout='episodes' plays whole episodes: max_episode_steps is not set and "
+                "the env declares no limit; set it in the config"
+            )
+        buffer = RolloutBuffer(horizon, 0, env.num_envs, obs_shape, obs_dtype, head, env.device)
+        return EpisodeRollout(env, buffer, head, config.group_size, noise, seeds)
+    buffer = RolloutBuffer(
+        config.steps_per_update,
+        config.window - 1,
+        env.num_envs,
+        obs_shape,
+        obs_dtype,
+        head,
+        env.device,
+    )
+    restarts = _restart_policy(config, env, seeds, generator)
+    return WindowedRollout(
+        env, buffer, head, restarts, config.max_episode_steps, noise, config.window
+    )
+
+
+def _restart_policy(
+    config: GRPOConfig, env: EnvIO, seeds: GroupSeeds, generator: torch.Generator
+) -> RestartPolicy:
+    """Groups restart together where the env can start a sub-env alike (snapshots or seeded
+    resets); else the env's own autoreset restarts each sub-env, and a warning says so."""
+    name = type(env.envs).__name__
+    method = env.restart_method
+    if method.restarts_itself:
+        if config.max_episode_steps is not None:
+            raise ValueError(
+                f"max_episode_steps: {name} restarts its sub-envs itself, so the trainer "
+                "cannot end episodes early; leave max_episode_steps unset"
+            )
+        warnings.warn(
+            f"{name} offers neither state snapshots nor masked seeded resets: its sub-envs "
+            "restart on their own, so group members are compared at the same step but not "
+            "in the same situation",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return IndependentRestarts(env, config.group_size, seeds)
+    if config.branch_every and not method.can_branch:
+        raise ValueError(
+            f"branch_every: branching needs state snapshots, which {name} does not offer "
+            "(docs/env.md: sub-env state snapshots)"
+        )
+    return GroupRestarts(
+        env,
+        config.group_size,
+        seeds,
+        generator,
+        every=config.restart_every,
+        branch_every=config.branch_every,
+        branch_ended=config.branch_ended and method.can_branch,
+    )

@@ -1,0 +1,177 @@
+"""When and how groups start again: every member of a group starts alike, and with state
+snapshots members branch from one another (docs/trainer.md, "Groups").
+
+Two policies, chosen once by what the env offers: `GroupRestarts` (the trainer restarts whole
+groups, by snapshots or seeded resets) and `IndependentRestarts` (the env restarts each
+sub-env through its own autoreset; the trainer only follows).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from gymnasium.vector import AutoresetMode
+
+from grpo_trainer.algorithm.rollout.buffer import RolloutBuffer
+from grpo_trainer.envs.env_io import EnvIO
+from grpo_trainer.envs.episodes import EpisodeRunner, RunnerStep
+
+SEED_STRIDE = 1_000_000_007  # run seeds this far apart never share a group's seed
+
+
+class GroupSeeds:
+    """The seeds groups start from at start point `point` (whole episodes: the update; windowed:
+    the n-th restart point), one per group: distinct for every point, rank and run seed."""
+
+    def __init__(self, run_seed: int, rank: int, world_size: int, num_groups: int) -> None:
+        self.run_seed, self.rank, self.world_size = run_seed, rank, world_size
+        self.num_groups = num_groups
+
+    def __call__(self, point: int) -> list[int]:
+        first = (point * self.world_size + self.rank) * self.num_groups
+        return [self.run_seed * SEED_STRIDE + first + g for g in range(self.num_groups)]
+
+
+class RestartPolicy:
+    """How sub-envs start again after their episodes end (one of two policies)."""
+
+    def start(self, runner: EpisodeRunner) -> torch.Tensor:
+        raise NotImplementedError
+
+    def after_step(
+        self, row: int, step: RunnerStep, runner: EpisodeRunner, buffer: RolloutBuffer
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class GroupRestarts(RestartPolicy):
+    """Groups start together: every `every` steps, each group whose members have all ended
+    starts a new game, the same for all its members (a fresh seed shared by the group).
+
+    With `branch_ended` (envs with state snapshots), a member whose episode ended while
+    others of its group play on does not wait for them: at the next check it takes the state
+    of one of them (chosen at random), and the two compare their continuations from that
+    shared state. No env step is spent on a member that waits, and every such branch adds a
+    comparison between identical situations; the member's own path had ended, so no return
+    is cut short.
+
+    With `branch_every`, a group that has played that many steps since it (re)started
+    branches: all its members take the state one of them (chosen at random among those
+    still playing) has reached, and compare their continuations from there. The rows before
+    a branch are cut, so no member's return reaches into a path that is not its own.
+    """
+
+    def __init__(
+        self,
+        env: EnvIO,
+        group_size: int,
+        seeds: GroupSeeds,
+        generator: torch.Generator,
+        *,
+        every: int,
+        branch_every: int,
+        branch_ended: bool,
+    ) -> None:
+        self.env, self.group_size, self.seeds = env, group_size, seeds
+        self.generator, self.every, self.branch_every = generator, every, branch_every
+        self.branch_ended = branch_ended
+        device, n = env.device, env.num_envs
+        self.leader = torch.arange(n, device=device) // group_size * group_size
+        self.since = torch.zeros(n, device=device)  # steps since the group (re)started
+        self.points = 0  # restart points so far: numbers the groups' seeds
+        self.steps = 0
+
+    def start(self, runner: EpisodeRunner) -> torch.Tensor:
+        obs = self.env.reset_groups(self._group_seeds(), self.group_size)
+        runner.revive()
+        return obs
+
+    def _group_seeds(self) -> list[int]:
+        self.points += 1
+        return self.seeds(self.points)
+
+    def after_step(
+        self, row: int, step: RunnerStep, runner: EpisodeRunner, buffer: RolloutBuffer
+    ) -> torch.Tensor:
+        obs = step.env.obs
+        self.steps += 1
+        if self.branch_every:
+            self.since += 1
+        if self.steps % self.every:
+            return obs
+        k = self.group_size
+        alive = runner.alive.view(-1, k)
+        fresh = (~alive.any(1)).repeat_interleave(k)  # groups whose members all ended
+        source = torch.where(fresh, self.leader, self.env.indices)
+        if self.branch_ended or self.branch_every:  # a random member still playing, per group
+            scores = torch.rand(alive.shape, generator=self.generator, device=alive.device)
+            donor = (scores * alive).argmax(1).repeat_interleave(k) + self.leader
+        if self.branch_ended:
+            source = torch.where(~runner.alive & ~fresh, donor, source)
+        if self.branch_every:
+            due = (self.since >= self.branch_every) & ~fresh
+            source = torch.where(due, donor, source)
+            buffer.cut[row] |= due  # the group's paths end here; their returns stop
+            self.since.masked_fill_(due | fresh, 0.0)
+        seeds = self._group_seeds  # only the seeded strategy calls it (host-side)
+        obs = self.env.restart(obs, fresh, source, lambda: _per_member(seeds(), k))
+        runner.follow(source, fresh)
+        return obs
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"since": self.since, "points": self.points, "steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.since = state["since"].to(self.since.device)
+        self.points, self.steps = int(state["points"]), int(state["steps"])
+
+
+class IndependentRestarts(RestartPolicy):
+    """The env restarts each sub-env itself (its autoreset); the trainer follows.
+
+    With NEXT_STEP autoreset the step after an end is the env's reset step (the action is
+    ignored), so the sub-env counts again from the step after that; with SAME_STEP at once.
+    """
+
+    def __init__(self, env: EnvIO, group_size: int, seeds: GroupSeeds):
+        if env.autoreset_mode == AutoresetMode.DISABLED:
+            raise ValueError(
+                f"{type(env.envs).__name__} neither restarts its sub-envs (autoreset DISABLED) "
+                "nor offers state snapshots or masked seeded resets: windowed rollouts cannot "
+                "continue it; use rollout='episodes'"
+            )
+        self.env, self.group_size, self.seeds = env, group_size, seeds
+        self.next_step = env.autoreset_mode == AutoresetMode.NEXT_STEP
+        self.resetting = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+
+    def start(self, runner: EpisodeRunner) -> torch.Tensor:
+        obs = self.env.reset_groups(self.seeds(0), self.group_size)
+        runner.revive()
+        return obs
+
+    def after_step(
+        self, row: int, step: RunnerStep, runner: EpisodeRunner, buffer: RolloutBuffer
+    ) -> torch.Tensor:
+        if self.next_step:
+            runner.revive(self.resetting)  # their reset step has just been played
+            self.resetting = step.ended
+        else:
+            runner.revive(step.ended)
+        return step.env.obs
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"resetting": self.resetting}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.resetting = state["resetting"].to(self.resetting.device)
+
+
+def _per_member(group_seeds: list[int], group_size: int) -> list[int]:
+    return [s for s in group_seeds for _ in range(group_size)]

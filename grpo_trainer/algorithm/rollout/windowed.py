@@ -1,0 +1,120 @@
+"""The default rollout: `rollout_steps` new steps per sub-env per update, episodes running on
+across updates; a step's return looks `window` steps ahead, so the last `window - 1` rows of a
+rollout wait, stored, for the next one."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+from grpo_trainer.algorithm.policy import ActionHead
+from grpo_trainer.algorithm.rollout.buffer import Rollout, RolloutBuffer, rollout_view
+from grpo_trainer.algorithm.rollout.recorder import ExplorationNoise, Recorder, SampleFn
+from grpo_trainer.algorithm.rollout.restarts import RestartPolicy
+from grpo_trainer.algorithm.rollout.saved import SavedRollout
+from grpo_trainer.envs.env_io import EnvIO
+from grpo_trainer.envs.episodes import EpisodeRunner
+
+
+class WindowedRollout:
+    """`trained_rows` new steps per sub-env per update; episodes run on across updates."""
+
+    def __init__(
+        self,
+        env: EnvIO,
+        buffer: RolloutBuffer,
+        head: ActionHead,
+        restarts: RestartPolicy,
+        max_episode_steps: int | None,
+        noise: ExplorationNoise,
+        window: int,
+    ) -> None:
+        self.env, self.buffer, self.head, self.restarts = env, buffer, head, restarts
+        self.runner = EpisodeRunner(env, max_episode_steps)
+        self.noise, self.window = noise, window
+        self.horizon = buffer.trained_rows  # new steps per sub-env in every collect
+        self.obs: torch.Tensor | None = None
+
+    @property
+    def steps_played(self) -> int:
+        """Steps each sub-env played in the last collect."""
+        return self.horizon
+
+    @torch.inference_mode()
+    def collect(self, sample: SampleFn, generator: torch.Generator) -> Rollout:
+        if self.obs is None:
+            self.obs = self.restarts.start(self.runner)
+        buffer, runner = self.buffer, self.runner
+        recorder = Recorder(buffer, self.head, sample, generator, self.noise)
+        runner.stats.reset()
+        buffer.shift_lookahead()
+        obs = self.obs
+        for row in range(buffer.lookahead_rows, buffer.rows):
+            step = runner.step(recorder.act(row, obs))
+            recorder.record(row, step)
+            obs = self.restarts.after_step(row, step, runner, buffer)
+        self.obs = obs
+        return rollout_view(buffer, runner, buffer.rows, self.window)
+
+    def after_update(self, metrics: dict[str, float]) -> None:
+        """Nothing to adapt: every update plays the same number of steps."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What continues the rollout exactly: env states, observations, trackers, look-ahead."""
+        if self.obs is None:
+            return {}
+        runner, buffer = self.runner, self.buffer
+        return {
+            "env": self.env.snapshot(),
+            "obs": self.obs,
+            "alive": runner.alive,
+            "returns": runner.returns,
+            "lengths": runner.lengths,
+            "own": runner.own,
+            "noise": self.noise.last,
+            "carry": {k: t[buffer.trained_rows :] for k, t in buffer.tensors.items()},
+            "restarts": self.restarts.state_dict(),
+        }
+
+    def resume(self, saved: SavedRollout) -> None:
+        """Continue the episodes a checkpoint left in play, where it holds them for this rank;
+        else every sub-env starts a new one."""
+        if saved.state is None:
+            warnings.warn(
+                f"checkpoint {saved.source} was written with other rollout settings or another "
+                "number of ranks: every sub-env starts a new episode (not an exact continuation)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return
+        self.load_state_dict(saved.state)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not state:
+            return
+        if state["env"] is None:
+            warnings.warn(
+                f"{type(self.env.envs).__name__} offers no state snapshots: after this resume "
+                "every sub-env starts a new episode (the run is not an exact continuation)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            self.buffer.valid[self.buffer.trained_rows :] = False
+            return
+        device = self.env.device
+        self.restarts.start(self.runner)  # an env must be reset before its state is set
+        self.env.restore(state["env"])
+        self.obs = state["obs"].to(device)
+        runner = self.runner
+        runner.alive = state["alive"].to(device)
+        runner.returns = state["returns"].to(device)
+        runner.lengths = state["lengths"].to(device)
+        if "own" in state:  # checkpoints before branch_ended counted every episode
+            runner.own = state["own"].to(device)
+        if state.get("noise") is not None:
+            self.noise.last = state["noise"].to(device)
+        for name, t in self.buffer.tensors.items():
+            t[self.buffer.trained_rows :] = state["carry"][name].to(device)
+        self.restarts.load_state_dict(state["restarts"])
