@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 _HARNESS_ATTRIBUTES = {
     "trainer": "state.update, state.env_steps, state.config and state.policy",
     "evaluator": "state.target",
-    "stop_signal": "the outcome of GRPOTrainer.train (trainer.stop_signal)",
-    "stop_reason": "the outcome of GRPOTrainer.train (trainer.stop_reason)",
+    "stop_signal": "state.outcome.stop_signal (after the run: trainer.stop_signal)",
+    "stop_reason": "state.outcome.stop_reason (after the run: trainer.stop_reason)",
     "last_checkpoint": "the path on_checkpoint receives",
     "callbacks": "nothing: a callback does not see the others",
 }
@@ -43,6 +43,20 @@ class Best:
     by: str = "return_mean"
 
 
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    """How a run ended: the last update's metrics, and why it ended before its budget."""
+
+    metrics: dict[str, float]
+    stop_signal: str | None = None  # the signal every rank agreed to stop on
+    stop_reason: str | None = None  # a reached target or a callback's request
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run ends after this update, before its budget."""
+        return bool(self.stop_signal or self.stop_reason)
+
+
 @dataclasses.dataclass
 class RunState:
     """What a callback sees of a run: its counters, its best score, and the way to stop it."""
@@ -55,10 +69,17 @@ class RunState:
     env_steps: int = 0  # sub-env steps simulated so far, all ranks
     best: Best = dataclasses.field(default_factory=Best)
     stop_requested: str | None = None  # request_stop's reason, until every rank agrees
+    outcome: RunOutcome = dataclasses.field(default_factory=lambda: RunOutcome({}))
 
     def request_stop(self, reason: str = "a callback") -> None:
         """End the run after the next update, cleanly, with a final checkpoint."""
         self.stop_requested = self.stop_requested or reason
+
+    def end(self, **outcome: Any) -> None:
+        """Record how the run ends (`RunOutcome`'s fields). For decisions every rank reaches
+        alike, as the loop's and the evaluation's are; a callback that decides on its own
+        rank asks with `request_stop`, which every rank agrees on first."""
+        self.outcome = dataclasses.replace(self.outcome, **outcome)
 
     def __getattr__(self, name: str) -> Any:
         """A callback written for the hooks' old argument, the loop itself, is told what

@@ -64,6 +64,7 @@ class RunFiles(Callback):
         self.writer.write(metrics)
 
     def on_update(self, state: RunState, metrics: dict[str, float]) -> None:
+        self.write(metrics)  # before any checkpoint of this update
         clean = not metrics["skipped_steps"]
         best = state.best
         if "eval_score" in metrics:
@@ -111,6 +112,25 @@ class RunFiles(Callback):
             "best_score": state.best.score,
             "best_by": state.best.by,
         }
+
+    def on_train_end(self, state: RunState, metrics: dict[str, float]) -> None:
+        """The final checkpoint (unless a signal stopped the run before its first update),
+        then the learning curve; after a signal, the command that resumes."""
+        if state.outcome.stop_signal is None or state.update > 0:
+            self.save(state)
+        self.close()
+        if self.trainer.collective.is_main and state.outcome.stop_signal:
+            log.warning(
+                "stopped by %s after update %d; %s",
+                state.outcome.stop_signal,
+                state.update,
+                self.resume_hint(),
+            )
+        if self.run_dir:
+            learning_curve(self.run_dir)
+
+    def on_train_error(self, state: RunState, error: BaseException) -> None:
+        self.close()
 
     def close(self) -> None:
         if self.writer is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -24,6 +25,7 @@ import gymnasium as gym
 from grpo_trainer.base.config import parse_target
 from grpo_trainer.base.metrics import cross_rank
 from grpo_trainer.envs import make_envs
+from grpo_trainer.run.callbacks import Callback, RunState
 from grpo_trainer.run.evaluation import EVAL_SEED, MAX_EVAL_ENVS, evaluate
 
 if TYPE_CHECKING:
@@ -145,6 +147,44 @@ class PeriodicEvaluator:
     def _sum_over_ranks(self, sums: dict[str, Any]) -> dict[str, Any]:
         """Every rank's episode sums combined as an update's are (return_min by min, ...)."""
         return self.trainer.collective.reduce(sums, {name: cross_rank(name) for name in sums})
+
+
+class Evaluation(Callback):
+    """Evaluation during training as a service of the run: after an update that passed the
+    next `eval_every` env steps, its `eval_*` metrics join the update's, every callback hears
+    of them (`on_eval`), and a `--target` reached ends the run after this update (every rank
+    evaluated the same summed episodes, so every rank stops alike)."""
+
+    def __init__(
+        self,
+        trainer: GRPO,
+        envs: gym.vector.VectorEnv | None,
+        announce: Callable[[str, dict[str, float]], None],
+        elapsed_s: Callable[[], float],
+    ) -> None:
+        self.evaluator = PeriodicEvaluator(trainer, envs)
+        self.announce, self.elapsed_s = announce, elapsed_s
+
+    @property
+    def target(self) -> Target | None:
+        return self.evaluator.target
+
+    def on_update(self, state: RunState, metrics: dict[str, float]) -> None:
+        evaluator = self.evaluator
+        if not evaluator.due():
+            return
+        out = evaluator.run(elapsed_s=self.elapsed_s())
+        metrics.update(out)
+        self.announce("on_eval", out)
+        target = evaluator.target
+        if target and target.stops and evaluator.reached(out):
+            state.end(stop_reason=f"the evaluation reached the target {target}")
+
+    def on_train_end(self, state: RunState, metrics: dict[str, float]) -> None:
+        self.evaluator.close()
+
+    def on_train_error(self, state: RunState, error: BaseException) -> None:
+        self.evaluator.close()
 
 
 def resolve_target(

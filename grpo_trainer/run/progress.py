@@ -14,9 +14,38 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from grpo_trainer.base.metrics import live_line, spec
+from grpo_trainer.run.callbacks import Callback, RunState
 
 if TYPE_CHECKING:
     from grpo_trainer.run.periodic_eval import Target
+
+
+REACHED = ("target_reached_s", "target_reached_env_steps")  # set by the first evaluation there
+
+
+class ConsoleProgress(Callback):
+    """The console as a service of the run: the live line while it trains, then the summary
+    and whether the target was reached (rank 0, with `progress` on)."""
+
+    def __init__(self, total_steps: int, enabled: bool, ratios: Mapping[str, Any]) -> None:
+        self.display = ProgressDisplay(total_steps, enabled, ratios)
+        self.latest: dict[str, float] = {}  # each metric's latest value: the live line
+
+    def on_train_start(self, state: RunState) -> None:
+        self.display.__enter__()
+        self.display.advance(state.env_steps, {})
+
+    def on_update(self, state: RunState, metrics: dict[str, float]) -> None:
+        self.latest.update(metrics)
+        self.display.advance(state.env_steps, self.latest)
+
+    def on_train_end(self, state: RunState, metrics: dict[str, float]) -> None:
+        self.display.__exit__(None, None, None)
+        self.display.summary(metrics)
+        self.display.target_line(state.target, metrics)
+
+    def on_train_error(self, state: RunState, error: BaseException) -> None:
+        self.display.__exit__(type(error), error, error.__traceback__)
 
 
 class ProgressDisplay:
@@ -72,12 +101,11 @@ class ProgressDisplay:
                 table.add_row(name, declared.fmt.format(value))
         self.console.print(table)
 
-    def target_line(
-        self, target: Target | None, reached_at: Mapping[str, float], latest: Mapping[str, float]
-    ) -> None:
+    def target_line(self, target: Target | None, latest: Mapping[str, float]) -> None:
         """When the evaluation first reached the target, or that it did not."""
         if not self.enabled or target is None:
             return
+        reached_at = {k: latest[k] for k in REACHED if k in latest}
         if reached_at:
             self.console.print(
                 f"eval {target.name} reached {target.value:g} after "
