@@ -38,10 +38,11 @@ MAX_EPOCHS = 8
 
 
 def samples_per_update(total_env_steps: int) -> int:
-    """The default update size for a budget: `total_env_steps / UPDATES_PER_RUN`, to the
-    nearest power of two, within [MIN_SAMPLES, MAX_SAMPLES]."""
+    """The default update size for a budget: `total_env_steps / UPDATES_PER_RUN` rounded up
+    to a power of two (so a run makes between half of UPDATES_PER_RUN and all of them),
+    within [MIN_SAMPLES, MAX_SAMPLES]."""
     target = max(total_env_steps / UPDATES_PER_RUN, 1.0)
-    return min(max(2 ** round(math.log2(target)), MIN_SAMPLES), MAX_SAMPLES)
+    return min(max(2 ** math.ceil(math.log2(target)), MIN_SAMPLES), MAX_SAMPLES)
 
 
 def window_for(episode_limit: int | None) -> int:
