@@ -38,12 +38,12 @@ def worker(seed: int, eval_every: int, threads: int, budget: int | None) -> dict
 
     import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
     from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
-    from grpo_trainer.run.evaluation import evaluate
 
-    try:  # where make_envs lives in this revision
+    try:  # where evaluate and make_envs live in this revision (layers since 737360e)
         from grpo_trainer.envs import make_envs
+        from grpo_trainer.run.evaluation import evaluate
     except ImportError:
-        from grpo_trainer.run.evaluation import make_envs  # type: ignore[no-redef]
+        from grpo_trainer.evaluation import evaluate, make_envs  # type: ignore[no-redef]
 
     torch.set_num_threads(threads)
     torch.set_float32_matmul_precision("high")  # as the command line sets it
