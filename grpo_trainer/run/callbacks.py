@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from grpo_trainer.algorithm.policy import Policy
     from grpo_trainer.base.config import GRPOConfig
-    from grpo_trainer.run.periodic_eval import Target
+    from grpo_trainer.run.target import Target
 
 # What hooks were given before they got a `RunState` (the loop itself), and where each went.
 _HARNESS_ATTRIBUTES = {

@@ -14,7 +14,6 @@ rank sees the same score and takes the same decision without another agreement.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -22,32 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
-from grpo_trainer.base.config import parse_target
 from grpo_trainer.base.metrics import cross_rank
 from grpo_trainer.envs import make_envs
 from grpo_trainer.run.callbacks import Callback, RunState
 from grpo_trainer.run.evaluation import EVAL_SEED, MAX_EVAL_ENVS, evaluate
+from grpo_trainer.run.target import Target, resolve_target
 
 if TYPE_CHECKING:
     from grpo_trainer.algorithm.grpo import GRPO
 
 RANK_SEED_STRIDE = 1_000_003  # ranks' eval seeds are this far apart: no game is played twice
-
-
-@dataclasses.dataclass(frozen=True)
-class Target:
-    """An evaluation score to reach: `return` or one of the env's declared ratios."""
-
-    name: str
-    value: float
-    stops: bool  # --target ends the run; an env's declared goal is only recorded
-
-    @property
-    def metric(self) -> str:
-        return "eval_return_mean" if self.name == "return" else f"eval_{self.name}"
-
-    def __str__(self) -> str:
-        return f"{self.name}={self.value:g}"
 
 
 class PeriodicEvaluator:
@@ -185,20 +168,3 @@ class Evaluation(Callback):
 
     def on_train_error(self, state: RunState, error: BaseException) -> None:
         self.evaluator.close()
-
-
-def resolve_target(
-    text: str | None, ratios: dict[str, Any], goals: dict[str, float]
-) -> Target | None:
-    """`--target`, else the env's first declared goal, checked against what the env reports."""
-    if text is not None:
-        name, value = parse_target(text)
-        if name != "return" and name not in ratios:
-            known = ", ".join(["return", *ratios])
-            raise ValueError(f"target {text!r}: the env reports no {name!r}; choose from {known}")
-        return Target(name, value, stops=True)
-    known = {k: v for k, v in goals.items() if k == "return" or k in ratios}
-    if not known:
-        return None
-    name, value = next(iter(known.items()))
-    return Target(name, float(value), stops=False)

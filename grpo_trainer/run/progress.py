@@ -17,7 +17,7 @@ from grpo_trainer.base.metrics import live_line, spec
 from grpo_trainer.run.callbacks import Callback, RunState
 
 if TYPE_CHECKING:
-    from grpo_trainer.run.periodic_eval import Target
+    from grpo_trainer.run.target import Target
 
 
 REACHED = ("target_reached_s", "target_reached_env_steps")  # set by the first evaluation there
