@@ -25,7 +25,7 @@ from grpo_trainer.base.metrics import cross_rank
 from grpo_trainer.envs import make_envs
 from grpo_trainer.run.callbacks import Callback, RunState
 from grpo_trainer.run.evaluation import EVAL_SEED, MAX_EVAL_ENVS, evaluate
-from grpo_trainer.run.target import Target, resolve_target
+from grpo_trainer.run.target import resolve_target
 
 if TYPE_CHECKING:
     from grpo_trainer.algorithm.grpo import GRPO
@@ -33,11 +33,20 @@ if TYPE_CHECKING:
 RANK_SEED_STRIDE = 1_000_003  # ranks' eval seeds are this far apart: no game is played twice
 
 
-class PeriodicEvaluator:
-    """Decides when to evaluate, plays the episodes, and tracks the target."""
+class Evaluation(Callback):
+    """Evaluation during training as a service of the run: after an update that passed the
+    next `eval_every` env steps, its `eval_*` metrics join the update's, every callback hears
+    of them (`on_eval`), and a `--target` reached ends the run after this update (every rank
+    evaluated the same summed episodes, so every rank stops alike)."""
 
-    def __init__(self, trainer: GRPO, envs: gym.vector.VectorEnv | None = None) -> None:
-        self.trainer = trainer
+    def __init__(
+        self,
+        trainer: GRPO,
+        envs: gym.vector.VectorEnv | None,
+        announce: Callable[[str, dict[str, float]], None],
+        elapsed_s: Callable[[], float],
+    ) -> None:
+        self.trainer, self.announce, self.elapsed_s = trainer, announce, elapsed_s
         run = trainer.config.run
         self.every = run.eval_every
         ratios = trainer.env.episode_ratios
@@ -103,6 +112,21 @@ class PeriodicEvaluator:
         value = metrics.get(self.target.metric) if self.target else None
         return value is not None and value >= self.target.value  # type: ignore[union-attr]
 
+    def on_update(self, state: RunState, metrics: dict[str, float]) -> None:
+        if not self.due():
+            return
+        out = self.run(elapsed_s=self.elapsed_s())
+        metrics.update(out)
+        self.announce("on_eval", out)
+        if self.target and self.target.stops and self.reached(out):
+            state.end(stop_reason=f"the evaluation reached the target {self.target}")
+
+    def on_train_end(self, state: RunState, metrics: dict[str, float]) -> None:
+        self.close()
+
+    def on_train_error(self, state: RunState, error: BaseException) -> None:
+        self.close()
+
     def close(self) -> None:
         if self._envs is not None and self._own_envs:
             self._envs.close()
@@ -130,41 +154,3 @@ class PeriodicEvaluator:
     def _sum_over_ranks(self, sums: dict[str, Any]) -> dict[str, Any]:
         """Every rank's episode sums combined as an update's are (return_min by min, ...)."""
         return self.trainer.collective.reduce(sums, {name: cross_rank(name) for name in sums})
-
-
-class Evaluation(Callback):
-    """Evaluation during training as a service of the run: after an update that passed the
-    next `eval_every` env steps, its `eval_*` metrics join the update's, every callback hears
-    of them (`on_eval`), and a `--target` reached ends the run after this update (every rank
-    evaluated the same summed episodes, so every rank stops alike)."""
-
-    def __init__(
-        self,
-        trainer: GRPO,
-        envs: gym.vector.VectorEnv | None,
-        announce: Callable[[str, dict[str, float]], None],
-        elapsed_s: Callable[[], float],
-    ) -> None:
-        self.evaluator = PeriodicEvaluator(trainer, envs)
-        self.announce, self.elapsed_s = announce, elapsed_s
-
-    @property
-    def target(self) -> Target | None:
-        return self.evaluator.target
-
-    def on_update(self, state: RunState, metrics: dict[str, float]) -> None:
-        evaluator = self.evaluator
-        if not evaluator.due():
-            return
-        out = evaluator.run(elapsed_s=self.elapsed_s())
-        metrics.update(out)
-        self.announce("on_eval", out)
-        target = evaluator.target
-        if target and target.stops and evaluator.reached(out):
-            state.end(stop_reason=f"the evaluation reached the target {target}")
-
-    def on_train_end(self, state: RunState, metrics: dict[str, float]) -> None:
-        self.evaluator.close()
-
-    def on_train_error(self, state: RunState, error: BaseException) -> None:
-        self.evaluator.close()

@@ -35,12 +35,8 @@ class EpisodeRollout:
         self.runner = EpisodeRunner(env)
         self.noise, self.seeds = noise, seeds
         self.max_horizon = self.horizon = buffer.rows  # steps the next collect may play
+        self.steps_played = 0  # steps each sub-env played in the last collect (the ended idle)
         self.collects = 0  # numbers the groups' seeds: one start point per update
-
-    @property
-    def steps_played(self) -> int:
-        """Steps each sub-env played in the last collect (ended sub-envs idle to its end)."""
-        return self.horizon
 
     @torch.inference_mode()
     def collect(self, sample: SampleFn, generator: torch.Generator) -> Rollout:
@@ -49,6 +45,7 @@ class EpisodeRollout:
         obs = self.env.reset_groups(self.seeds(self.collects), self.group_size)
         self.collects += 1
         play_until_ended(self.runner, obs, recorder.act, self.horizon, on_step=recorder.record)
+        self.steps_played = self.horizon
         return rollout_view(self.buffer, self.runner, self.horizon, self.horizon)
 
     def after_update(self, metrics: dict[str, float]) -> None:
