@@ -35,6 +35,9 @@ LR_AT_REFERENCE, REFERENCE_MINIBATCH = 1e-2, 4_096
 # Passes over an update's samples: MAX_EPOCHS when its rows waited one update for their
 # look-ahead (window <= rollout_steps, Fruit Catcher), 4 when they waited four (window 128).
 MAX_EPOCHS = 8
+# The fields whose None means "derive me": from the budget (num_groups), the batch
+# (minibatch_size, then lr) or the env's episode limit (window, then gamma and epochs).
+DERIVED_FIELDS = ("num_groups", "minibatch_size", "lr", "window", "gamma", "epochs")
 
 
 def samples_per_update(total_env_steps: int) -> int:
@@ -324,6 +327,9 @@ class GRPOConfig:
     def __post_init__(self) -> None:
         if isinstance(self.run, dict):
             self.run = RunConfig(**self.run)
+        # What this config derives rather than was given: `inputs()` leaves these unset, so
+        # that a config rebuilt with another budget or env derives them again.
+        self._derived = frozenset(n for n in DERIVED_FIELDS if getattr(self, n) is None)
         for name in ("hidden_sizes", "cnn_channels"):
             if isinstance(getattr(self, name), list):
                 setattr(self, name, tuple(getattr(self, name)))
@@ -403,24 +409,49 @@ class GRPOConfig:
         return self.rollout_steps
 
     def for_episode_limit(self, episode_limit: int | None) -> GRPOConfig:
-        """This config with `window` (and with it `gamma`) set from the env's episode limit,
-        where they are None."""
+        """This config with `window` (and with it `gamma` and `epochs`) set from the env's
+        episode limit, where they are None."""
         if self.window is not None:
             return self
-        return dataclasses.replace(self, window=window_for(episode_limit))
+        resolved = dataclasses.replace(self, window=window_for(episode_limit))
+        resolved._derived = self._derived  # window, gamma and epochs: derived here
+        return resolved
+
+    def with_derived(self, values: dict[str, Any]) -> GRPOConfig:
+        """This config with derived fields set to `values` (what a resumed run derived),
+        still named derived."""
+        if not set(values) <= self._derived:
+            raise ValueError(f"not derived by this config: {sorted(set(values) - self._derived)}")
+        config = GRPOConfig.from_dict({**self.inputs(), **values})
+        config._derived = self._derived
+        return config
+
+    @property
+    def derived(self) -> tuple[str, ...]:
+        """The fields this config derived (they were None when it was built)."""
+        return tuple(n for n in DERIVED_FIELDS if n in self._derived)
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field with its resolved value (what checkpoints and reports record)."""
         return dataclasses.asdict(self)
+
+    def inputs(self) -> dict[str, Any]:
+        """`to_dict()` with the derived fields unset: what was asked for. Building a config
+        from it, changed or not, resolves every derived field once, from the final values
+        (a new budget gets its own batch and learning rate)."""
+        return {**self.to_dict(), **dict.fromkeys(self._derived)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, strict: bool = True) -> GRPOConfig:
-        """Rebuild from `to_dict()` output; unknown fields raise `ValueError`.
+        """Rebuild from `to_dict()` or `inputs()` output, or a `config.json`; fields it lacks
+        take their defaults, unknown fields raise `ValueError`.
 
-        A field that an earlier version had (`RETIRED`) raises with what replaced it; with
-        `strict=False` (reading an old checkpoint's network, for eval) it is dropped with a
-        warning instead.
+        A `config.json` names the fields its run derived (`_derived`): they are derived again
+        here rather than taken as given. A field that an earlier version had (`RETIRED`)
+        raises with what replaced it; with `strict=False` (reading an old checkpoint's
+        network, for eval) it is dropped with a warning instead.
         """
-        data = {k: v for k, v in data.items() if k != "_help"}  # config.json's descriptions
+        data = without_derived(data)
         run = dict(data.pop("run", {}))
         for fields in (data, run):
             for name in [n for n in fields if n in RETIRED]:
@@ -431,6 +462,15 @@ class GRPOConfig:
         _reject_unknown(cls, data)
         _reject_unknown(RunConfig, run)
         return cls(**data, run=RunConfig(**run))
+
+
+def without_derived(data: dict[str, Any]) -> dict[str, Any]:
+    """A config dict (a `config.json`'s data) without its descriptions (`_help`) and without
+    the values its run derived (named in `_derived`), which are derived again from the rest."""
+    derived = data.get("_derived", [])
+    if not isinstance(derived, list) or not set(derived) <= set(DERIVED_FIELDS):
+        raise ValueError(f"_derived must list fields among {list(DERIVED_FIELDS)}, got {derived!r}")
+    return {k: v for k, v in data.items() if k not in ("_help", "_derived", *derived)}
 
 
 # Fields of earlier versions, and what took their place (named in the error a config gets).

@@ -149,7 +149,8 @@ class RunFiles(Callback):
 
     def _prepare_run_dir(self) -> None:
         """Create the run directory and write `config.json`: the config, with `_help`
-        describing every field (ignored when the file is read back with --config)."""
+        describing every field and `_derived` naming the fields derived from the others
+        (read back with --config, those are derived again: a new budget gets its own)."""
         assert self.run_dir is not None
         config = self.trainer.config
         payload: dict[str, Any] = {
@@ -157,6 +158,7 @@ class RunFiles(Callback):
                 **{f: describe(type(config), f) for f in config.to_dict() if f != "run"},
                 **{f"run.{f}": describe(RunConfig, f) for f in config.run.__dataclass_fields__},
             },
+            "_derived": list(config.derived),
             **config.to_dict(),
         }
         try:

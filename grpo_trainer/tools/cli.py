@@ -14,11 +14,12 @@ import re
 import signal
 import sys
 import typing
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
-from grpo_trainer.base.config import GRPOConfig, RunConfig, field_type
+from grpo_trainer.base.config import GRPOConfig, RunConfig, field_type, without_derived
 from grpo_trainer.run.evaluation import EVAL_SEED, MAX_EVAL_ENVS
 
 log = logging.getLogger("grpo_trainer")
@@ -195,8 +196,11 @@ def _add_check_command(sub: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> GRPOConfig:
-    """Defaults, then `--config` file, then flags; invalid values raise `ValueError`."""
-    base: dict[str, Any] = GRPOConfig().to_dict()
+    """The config a command asked for: the `--config` file's values, then the flags, over
+    the defaults, resolved once from the result, as `GRPOConfig(...)` resolves the same
+    values (a derived field follows the final budget, never an intermediate one). Invalid
+    values raise `ValueError`."""
+    data: dict[str, Any] = {"run": {}}
     if args.config:
         try:
             loaded = json.loads(args.config.read_text())
@@ -204,15 +208,39 @@ def config_from_args(args: argparse.Namespace) -> GRPOConfig:
             raise ValueError(f"--config {args.config}: {err}") from None
         if not isinstance(loaded, dict) or not isinstance(loaded.get("run", {}), dict):
             raise ValueError(f"--config {args.config}: expected a JSON object like config.json")
-        base.update({k: v for k, v in loaded.items() if k not in ("run", "_help")})
-        base["run"].update(loaded.get("run", {}))
+        try:
+            loaded = without_derived(loaded)  # what its run derived is derived again
+        except ValueError as err:
+            raise ValueError(f"--config {args.config}: {err}") from None
+        data.update({k: v for k, v in loaded.items() if k != "run"})
+        data["run"].update(loaded.get("run", {}))
     run_fields = {f.name for f in dataclasses.fields(RunConfig)}
-    for name, value in vars(args).items():
+    grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    for name, value in vars(args).items():  # only the flags given (their default: SUPPRESS)
         if name in run_fields:
-            base["run"][name] = value
-        elif name in base:
-            base[name] = value
-    return GRPOConfig.from_dict(base)
+            data["run"][name] = value
+        elif name in grpo_fields:
+            data[name] = value
+    config = GRPOConfig.from_dict(data)
+    return _continuing(config) if config.run.resume else config
+
+
+def _continuing(config: GRPOConfig) -> GRPOConfig:
+    """A resumed run keeps the batch, learning rate and window it derived, unless they are
+    set again: a new budget extends the run, it does not reshape it. (A checkpoint that
+    cannot be read is left for the trainer to refuse, naming why.)"""
+    from grpo_trainer.base import checkpoint
+
+    try:
+        with warnings.catch_warnings():  # the trainer warns about skipped files itself
+            warnings.simplefilter("ignore")
+            payload, _ = checkpoint.load_for_resume(config.run.resume or "")
+    except checkpoint.CheckpointError:
+        return config
+    saved = payload.get("config") or {}
+    return config.with_derived(
+        {name: saved[name] for name in config.derived if saved.get(name) is not None}
+    )
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -126,6 +126,22 @@ class Sweep:
     sweep_dir: Path
     objective: str = "eval_score"
 
+    @classmethod
+    def starting_from(
+        cls, base: GRPOConfig, params: list[Param], sweep_dir: str | Path, objective: str
+    ) -> Sweep:
+        """A sweep whose trials start from what `base` asked for, not what it derived: a
+        trial that draws another budget or batch derives its own minibatch and learning rate."""
+        return cls(params, json.loads(json.dumps(base.inputs())), Path(sweep_dir), objective)
+
+    def trial_config(self, values: dict[str, Any], number: int) -> GRPOConfig:
+        """The config trial `number` trains with: the base's inputs with the trial's draws,
+        resolved once from them (a drawn budget derives its own batch and learning rate)."""
+        data = apply(self.base, values)
+        data["run"]["run_dir"] = str(self.sweep_dir / f"trial_{number:04d}")
+        data["run"]["resume"] = None
+        return GRPOConfig.from_dict(data)
+
     def run_trial(self, trial: Any) -> float:
         """Optuna's objective: train one trial's config and score it."""
         optuna = import_optuna()
@@ -133,13 +149,10 @@ class Sweep:
         from grpo_trainer.envs import make_envs
         from grpo_trainer.run.trainer import GRPOTrainer
 
-        values = {p.name: p.suggest(trial) for p in self.params}
-        data = apply(self.base, values)
-        data["run"]["run_dir"] = str(self.sweep_dir / f"trial_{trial.number:04d}")
-        data["run"]["resume"] = None
-        config = GRPOConfig.from_dict(data)
+        config = self.trial_config({p.name: p.suggest(trial) for p in self.params}, trial.number)
         check_evaluates(config)
-        trial.set_user_attr("config", json.loads(json.dumps(config.to_dict())))
+        recorded = {**config.to_dict(), "_derived": list(config.derived)}
+        trial.set_user_attr("config", json.loads(json.dumps(recorded)))
         reporter = TrialReporter(trial, self.objective)
         start = time.perf_counter()
         envs = make_envs(config, config.num_envs, resolve_device(config.run.device))
@@ -215,7 +228,6 @@ def run_sweep(
     optuna = import_optuna()
     params = list(space) if not isinstance(space, dict) else parse_space(space)
     config = base if isinstance(base, GRPOConfig) else GRPOConfig.from_dict(base)
-    base_dict = json.loads(json.dumps(config.to_dict()))
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
@@ -223,8 +235,8 @@ def run_sweep(
     if isinstance(pruner, str) and pruner not in PRUNERS:
         raise ValueError(f"pruner must be one of {list(PRUNERS)}, got {pruner!r}")
     check_evaluates(config)
-    check_against(params, base_dict)
-    sweep = Sweep(params, base_dict, Path(sweep_dir), objective)
+    sweep = Sweep.starting_from(config, params, sweep_dir, objective)
+    check_against(params, sweep.base)
     sweep.sweep_dir.mkdir(parents=True, exist_ok=True)
     with locked_sweep_dir(sweep.sweep_dir):
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep logs each trial
