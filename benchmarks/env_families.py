@@ -1,24 +1,17 @@
 """Every env family through its adapter, against the library's own fastest loop, one core.
 
-    python benchmarks/env_families.py throughput            # env-only and training steps/s
-    python benchmarks/env_families.py cartpole --seeds 0 1 2  # time to a greedy 475
+    python benchmarks/env_families.py throughput   # env-only and training steps/s
 
-`throughput`: env-only steps/s of each family's adapter (what the trainer steps) against
-the library's own fastest loop on the same core, alternated, median of repeats after
-warm-up: gymnax against a raw `jax.jit(jax.vmap(env.step))` loop (and against the old path,
-`GymnaxToVectorGymWrapper` + `JaxToTorch`); Gymnasium's numpy `CartPoleVectorEnv` against its
-own `step`; `SyncVectorEnv`s (classic control, MinAtar) against their own `step`. Then the
-trainer's env-steps/s on each family (the CartPole settings of benchmarks/learning.py).
-
-`cartpole`: wall time to a greedy return of 475 through `gymnax:CartPole-v1` and through
-Gymnasium's numpy `CartPole-v1`: the same settings (`--settings defaults`: the trainer's
-defaults with the budget, what a user gets; `--settings learning`: benchmarks/learning.py's
-CartPole row, the settings of the first measurement), the same seed, greedy evaluation (100
-episodes on envs of the same family) every 25k env steps, excluded from the training time;
-each run in a fresh process with one thread, pinned to one core (`--cpu`), the two families
-alternated. `--jax-cache warm` (default) runs gymnax with JAX's compiled functions already in
-the trainer's cache, as every run after a machine's first does; `cold` compiles them in every
-run. Results go to benchmarks/results/env_families_*.json.
+Env-only steps/s of each family's adapter (what the trainer steps) against the library's
+own fastest loop on the same core, alternated, median of repeats after warm-up: gymnax
+against a raw `jax.jit(jax.vmap(env.step))` loop (and against the old path,
+`GymnaxToVectorGymWrapper` + `JaxToTorch`); Gymnasium's numpy `CartPoleVectorEnv` against
+its own `step`; `SyncVectorEnv`s (classic control, MinAtar) against their own `step`. Then
+the trainer's env-steps/s on each family, with fixed CartPole settings (`CARTPOLE`), the
+config built by the train command's parser as a user's is. Learning on each family (time to
+a threshold, gymnax against Gymnasium's numpy CartPole, say) is the study harness's job:
+`python benchmarks/suite.py cartpole --set 'gymnax={"env": "gymnax:CartPole-v1"}'`.
+Results go to benchmarks/results/env_families_throughput.json.
 """
 
 from __future__ import annotations
@@ -26,8 +19,7 @@ from __future__ import annotations
 import os
 import sys
 
-if "--worker" in sys.argv or (len(sys.argv) > 1 and sys.argv[1] == "throughput"):
-    # one core for JAX too (before it is imported): the comparison is per core
+if __name__ == "__main__":  # one core for JAX too (before it is imported): per-core figures
     os.environ.setdefault(
         "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
     )
@@ -35,8 +27,6 @@ if "--worker" in sys.argv or (len(sys.argv) > 1 and sys.argv[1] == "throughput")
 import argparse
 import json
 import statistics
-import subprocess
-import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -50,9 +40,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import machine_info, write_result
 
-ROOT = Path(__file__).resolve().parents[1]
-CARTPOLE = {"num_groups": 32, "gamma": 0.99, "window": 64, "rollout_steps": 64, "epochs": 4}
-THRESHOLD = 475.0
+# 256 sub-envs, 64-step rollouts and window, gamma 0.99, 4 epochs: fixed, so that every
+# family trains the same batch whatever the defaults derive from its episode limit.
+CARTPOLE = ["--num-groups", "32", "--gamma", "0.99", "--window", "64", "--rollout-steps", "64"]
+CARTPOLE += ["--epochs", "4"]
 
 
 # -- env-only throughput -------------------------------------------------------------------------
@@ -228,24 +219,27 @@ def env_rows(repeats: int) -> list[dict[str, Any]]:
 
 
 def train_rows(updates: int) -> list[dict[str, Any]]:
-    """The trainer's env-steps/s on each family, the CartPole settings of learning.py."""
-    from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+    """The trainer's env-steps/s on each family with the `CARTPOLE` settings, the config
+    built by the train command's parser from those flags."""
+    from grpo_trainer import GRPOTrainer
     from grpo_trainer.envs import make_envs
+    from grpo_trainer.tools.cli import build_parser, config_from_args
 
     async_ = {"vectorization_mode": "async"}
-    envs: list[tuple[str, dict[str, Any], dict[str, Any]]] = [  # id, env_kwargs, config
-        ("gymnax:CartPole-v1", {}, {}),
-        ("CartPole-v1", {}, {}),
-        ("CartPole-v1", async_, {"num_groups": 2}),  # 16 worker processes
-        ("Acrobot-v1", {}, {}),
-        ("LunarLander-v3", {"vectorization_mode": "sync"}, {}),
-        ("minatar:Breakout-v1", {}, {}),
-        ("envpool:CartPole-v1", {}, {}),
+    envs: list[tuple[str, dict[str, Any], list[str]]] = [  # id, env_kwargs, more flags
+        ("gymnax:CartPole-v1", {}, []),
+        ("CartPole-v1", {}, []),
+        ("CartPole-v1", async_, ["--num-groups", "2"]),  # 16 worker processes
+        ("Acrobot-v1", {}, []),
+        ("LunarLander-v3", {"vectorization_mode": "sync"}, []),
+        ("minatar:Breakout-v1", {}, []),
+        ("envpool:CartPole-v1", {}, []),
     ]
     rows = []
-    for env, kwargs, fields in envs:
-        run = RunConfig(env=env, env_kwargs=kwargs, progress=False, compile=False)
-        config = GRPOConfig(**{**CARTPOLE, **fields}, run=run)
+    for env, kwargs, flags in envs:
+        argv = ["train", "--env", env, "--env-kwargs", json.dumps(kwargs), *CARTPOLE, *flags]
+        argv += ["--device", "cpu", "--no-progress", "--no-compile"]
+        config = config_from_args(build_parser().parse_args(argv))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             trainer = GRPOTrainer(make_envs(config, config.num_envs, torch.device("cpu")), config)
@@ -261,125 +255,16 @@ def train_rows(updates: int) -> list[dict[str, Any]]:
     return rows
 
 
-# -- time to a greedy 475 on CartPole ------------------------------------------------------------
-
-
-def worker(
-    env: str, seed: int, budget: int, eval_every: int, settings: str, updates: int | None = None
-) -> dict[str, Any]:
-    """Train `env` with the settings named; greedy-evaluate every `eval_every` steps. With
-    `updates`, stop after that many (and one evaluation): a warm-up that compiles what the
-    timed runs will take from the cache."""
-    from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
-    from grpo_trainer.envs import make_envs
-    from grpo_trainer.run.evaluation import evaluate
-
-    torch.set_num_threads(1)
-    config = GRPOConfig(
-        **(CARTPOLE if settings == "learning" else {}),
-        total_env_steps=budget,
-        run=RunConfig(env=env, seed=seed, progress=False, compile=False, device="cpu"),
-    )
-    cpu = torch.device("cpu")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer = GRPOTrainer(make_envs(config, config.num_envs, cpu), config)
-        eval_envs = make_envs(config, 100, cpu)
-    train_s, next_eval, curve, reached = 0.0, eval_every, [], None
-    while trainer.env_steps < budget and (updates is None or trainer.update_index < updates):
-        start = time.perf_counter()
-        trainer.update()
-        train_s += time.perf_counter() - start
-        if trainer.env_steps >= next_eval or updates is not None:
-            score = evaluate(trainer.policy, eval_envs, 100, seed=10_000 + seed)["return_mean"]
-            curve.append((trainer.env_steps, round(train_s, 3), round(score, 1)))
-            next_eval += eval_every
-            if score >= THRESHOLD:
-                reached = {"env_steps": trainer.env_steps, "train_s": round(train_s, 3)}
-                break
-    return {"env": env, "seed": seed, "settings": settings, "reached": reached, "curve": curve}
-
-
-def _run_worker(
-    args: argparse.Namespace, env: str, seed: int, cache: str, updates: int | None = None
-) -> dict[str, Any]:
-    command = ["taskset", "-c", str(args.cpu), sys.executable, __file__, "--worker"]
-    command += [env, str(seed), str(args.budget), str(args.eval_every), args.settings]
-    command += [] if updates is None else [str(updates)]
-    environ = {**os.environ, "OMP_NUM_THREADS": "1", "GRPO_TRAINER_CACHE_DIR": cache}
-    out = subprocess.run(command, cwd=ROOT, env=environ, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def cartpole(args: argparse.Namespace) -> dict[str, Any]:
-    """`--jax-cache warm`: JAX's compiled functions come from the trainer's cache, filled by
-    one untimed update beforehand (every run after a machine's first); `cold`: each run
-    compiles them anew (a machine's first run)."""
-    runs: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as shared:
-        if args.jax_cache == "warm":
-            _run_worker(args, "gymnax:CartPole-v1", args.seeds[0], shared, updates=1)
-        for seed in args.seeds:
-            for _ in range(args.repeats):
-                for env in ("gymnax:CartPole-v1", "CartPole-v1"):
-                    with tempfile.TemporaryDirectory() as fresh:
-                        cache = shared if args.jax_cache == "warm" else fresh
-                        run = _run_worker(args, env, seed, cache)
-                    runs.append(run)
-                    print(f"{env:20s} seed {seed}: {run['reached']}", flush=True)
-    ratios = []
-    for seed in args.seeds:
-        times = {
-            env: [
-                (r["reached"] or {}).get("train_s")
-                for r in runs
-                if r["env"] == env and r["seed"] == seed
-            ]
-            for env in ("gymnax:CartPole-v1", "CartPole-v1")
-        }
-        if all(len(t) == args.repeats and None not in t for t in times.values()):
-            ratio = statistics.median(times["gymnax:CartPole-v1"]) / statistics.median(
-                times["CartPole-v1"]
-            )
-            ratios.append({"seed": seed, "gymnax_over_numpy": round(ratio, 3)})
-    settings = CARTPOLE if args.settings == "learning" else "the defaults"
-    return {
-        "settings": settings,
-        "jax_cache": args.jax_cache,
-        "threshold": THRESHOLD,
-        "runs": runs,
-        "ratios": ratios,
-    }
-
-
 def main() -> int:
-    if sys.argv[1:2] == ["--worker"]:
-        env, seed, budget, every = sys.argv[2], *map(int, sys.argv[3:6])
-        updates = int(sys.argv[7]) if len(sys.argv) > 7 else None
-        print(json.dumps(worker(env, seed, budget, every, sys.argv[6], updates)))
-        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    through = sub.add_parser("throughput")
+    through = sub.add_parser("throughput", help="env-only and training steps/s per family")
     through.add_argument("--repeats", type=int, default=5)
     through.add_argument("--updates", type=int, default=10)
-    cart = sub.add_parser("cartpole")
-    cart.add_argument("--seeds", type=int, nargs="+", default=[0])
-    cart.add_argument("--repeats", type=int, default=1)
-    cart.add_argument("--budget", type=int, default=500_000)
-    cart.add_argument("--eval-every", type=int, default=25_000)
-    cart.add_argument("--settings", choices=["defaults", "learning"], default="defaults")
-    cart.add_argument("--cpu", type=int, default=0, help="the core every run is pinned to")
-    cart.add_argument("--jax-cache", choices=["warm", "cold"], default="warm")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    if args.command == "throughput":
-        result = {"env_only": env_rows(args.repeats), "training": train_rows(args.updates)}
-        write_result("env_families_throughput", {"machine": machine_info(), **result})
-    else:
-        result = cartpole(args)
-        name = f"env_families_cartpole_{args.settings}_{args.jax_cache}"
-        write_result(name, {"machine": machine_info(), "command": sys.argv, **result})
+    result = {"env_only": env_rows(args.repeats), "training": train_rows(args.updates)}
+    write_result("env_families_throughput", {"machine": machine_info(), **result})
     return 0
 
 

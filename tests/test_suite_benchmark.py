@@ -1,18 +1,24 @@
-"""benchmarks/suite.py, the learning suite: its summary and markdown table from fabricated
-results, and one tiny real run in a worker process, whose JSON has the documented shape."""
+"""benchmarks/suite.py, the study harness: variants as the train command's flags, the rows
+and their order, the summary and markdown tables from fabricated results, a GRPO run through
+the train command's path (in this process), and one tiny real study in worker processes,
+against this repository's HEAD, whose JSON has the documented shape."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from loading import load_module
+
+from grpo_trainer.tools.cli import build_parser, config_from_args
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "suite.py"
@@ -21,6 +27,17 @@ SCRIPT = ROOT / "benchmarks" / "suite.py"
 @pytest.fixture(scope="module")
 def suite() -> Any:
     return load_module(SCRIPT, "suite_benchmark")
+
+
+@pytest.fixture(scope="module")
+def runs_module(suite: Any) -> Iterator[Any]:
+    """benchmarks/suite_runs.py, run in this process; the matmul precision its GRPO runs set
+    (as the train command does) is put back afterwards."""
+    import torch
+
+    precision = torch.get_float32_matmul_precision()
+    yield load_module(ROOT / "benchmarks" / "suite_runs.py", "suite_runs_benchmark")
+    torch.set_float32_matmul_precision(precision)
 
 
 def run(seed: int, trainer: str, curve: list[tuple[int, float, float]], **extra: Any) -> dict:
@@ -38,7 +55,7 @@ def run(seed: int, trainer: str, curve: list[tuple[int, float, float]], **extra:
     }
 
 
-def payload(suite: Any, name: str, runs: dict[str, list[dict]]) -> dict[str, Any]:
+def payload(suite: Any, name: str, runs: dict[str, list[dict]], **extra: Any) -> dict[str, Any]:
     """What Study.payload writes, from fabricated runs (the functions it uses, no processes)."""
     task = suite.TASKS[name]
     threshold, source = suite.resolve_threshold(task, runs)
@@ -46,16 +63,129 @@ def payload(suite: Any, name: str, runs: dict[str, list[dict]]) -> dict[str, Any
     return {
         "timestamp": "2026-11-25T10:00:00+00:00",
         "task": name,
+        "mode": "learning",
         "env": task.env,
         "metric": task.metric,
         "budget": task.budget,
         "threshold": threshold,
         "threshold_source": source,
         "complete": True,
+        "peers": list(runs),
         "summary": summary,
         "versus_peer": suite.versus_peer(summary, source),
+        "versus_against": suite.versus_against(summary, extra.get("rev")),
+        "against": {"rev": extra["rev"]} if extra.get("rev") else None,
         "runs": runs,
     }
+
+
+# ---------------------------------------------------------------- variants
+
+
+def test_a_variant_becomes_the_train_commands_flags(suite: Any) -> None:
+    fields = {
+        "gamma": 0.999,
+        "hidden_sizes": [32, 16],
+        "amp": "bf16",
+        "branch_ended": False,
+        "run": {"env_kwargs": {"vectorization_mode": "sync"}, "compile": True},
+    }
+    flags = suite.variant_flags(fields)
+    assert flags == [
+        "--gamma",
+        "0.999",
+        "--hidden-sizes",
+        "32,16",
+        "--amp",
+        "bf16",
+        "--no-branch-ended",
+        "--env-kwargs",
+        '{"vectorization_mode": "sync"}',
+        "--compile",
+    ]
+    config = config_from_args(build_parser().parse_args(["train", *flags]))
+    assert config.gamma == 0.999 and config.hidden_sizes == (32, 16) and config.run.amp == "bf16"
+    assert config.branch_ended is False
+    assert config.run.env_kwargs == {"vectorization_mode": "sync"} and config.run.compile is True
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"no_such_field": 1}, "no_such_field is not a flag of the train command"),
+        ({"window": None}, "window: null has no flag"),
+        ({"branch_ended": 1}, "branch_ended is true or false"),
+        ({"epochs": True}, "epochs is not a true/false field"),
+        ({"amp": "fp8"}, "argument --amp: invalid choice: 'fp8'"),
+        ({"epochs": 2.5}, "argument --epochs: invalid int value: '2.5'"),
+        ({"seed": 1, "run": {"seed": 2}}, "seed given both at the top level and under run"),
+    ],
+)
+def test_a_variant_the_command_line_cannot_express_is_refused(
+    suite: Any, fields: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        suite.variant_flags(fields)
+
+
+def test_set_names_rows_and_refuses_bad_input(suite: Any, tmp_path: Path) -> None:
+    args = suite.parse_args(
+        ["cartpole", "--set", 'g999={"gamma": 0.999}', "--results", str(tmp_path)]
+    )
+    assert args.variants == [("g999", {"gamma": 0.999}, ["--gamma", "0.999"])]
+    for bad in ('grpo={"gamma": 0.9}', "g=[1]", "g={oops", 'a@b={"gamma": 0.9}', "=1"):
+        with pytest.raises(SystemExit):
+            suite.parse_args(["cartpole", "--set", bad])
+    with pytest.raises(SystemExit):
+        suite.parse_args(["cartpole", "--set", 'g={"gamma": 0.9}', "--set", 'g={"epochs": 2}'])
+    with pytest.raises(SystemExit):  # MinAtar's threshold is only known when the study ends
+        suite.parse_args(["breakout", "--stop-at-threshold"])
+    with pytest.raises(SystemExit):
+        suite.parse_args(["cartpole", "--against", "no-such-revision-here"])
+
+
+def test_rows_alternate_with_their_against_twin_then_the_peers(suite: Any, tmp_path: Path) -> None:
+    args = suite.parse_args(
+        [
+            "cartpole",
+            "--peers",
+            "grpo,ppo_jax",
+            "--set",
+            'w64={"window": 64}',
+            "--against",
+            "HEAD",
+            "--results",
+            str(tmp_path),
+        ]
+    )
+    rows = suite.study_rows(args)
+    assert [r.name for r in rows] == ["grpo", "grpo@HEAD", "w64", "w64@HEAD", "ppo_jax"]
+    assert [r.against for r in rows] == [None, "HEAD", None, "HEAD", None]
+    study = suite.Study(args, tmp_path, {"cartpole": 1000}, {"rev": "HEAD", "path": "/old/tree"})
+    job = study.job("cartpole", rows[3], seed=2, repeat=0, cpu=0)
+    assert job["flags"] == ["--window", "64"] and job["tree_path"] == "/old/tree"
+    assert study.job("cartpole", rows[2], 2, 0, 0)["tree_path"] is None
+    assert job["stop_at"] is None and job["kind"] == "grpo"
+
+
+def test_grpo_argv_is_the_train_command_with_the_rows_flags_last(suite: Any) -> None:
+    argv = sys.modules["suite_tasks"].grpo_argv(suite.TASKS["acrobot"], 300_000, 4, ["--seed", "9"])
+    assert argv[:7] == [
+        "train",
+        "--env",
+        "Acrobot-v1",
+        "--total-env-steps",
+        "300000",
+        "--seed",
+        "4",
+    ]
+    assert argv[-2:] == ["--seed", "9"]  # a variant may override the task's settings
+    config = config_from_args(build_parser().parse_args(argv))
+    assert config.run.seed == 9 and config.total_env_steps == 300_000
+    assert config.run.device == "cpu" and not config.run.progress and config.run.eval_every == 0
+
+
+# ---------------------------------------------------------------- summaries and tables
 
 
 def test_median_to_threshold_counts_a_miss_as_infinitely_late(suite: Any) -> None:
@@ -66,16 +196,17 @@ def test_median_to_threshold_counts_a_miss_as_infinitely_late(suite: Any) -> Non
     assert suite.median_to_threshold([]) is None
 
 
-def test_eval_marks_are_tenths_of_the_budget_ending_at_it(suite: Any) -> None:
+def test_eval_marks_are_tenths_of_the_budget_or_every_n_steps(suite: Any) -> None:
     assert suite.eval_marks(1_000_000) == [100_000 * k for k in range(1, 11)]
     assert suite.eval_marks(4096)[-1] == 4096
+    assert suite.eval_marks(250_000, 100_000) == [100_000, 200_000, 250_000]
 
 
 def test_the_xla_flags_are_ppo_jax_s() -> None:
     text = (ROOT / "benchmarks" / "ppo_jax.py").read_text()
     flags = re.search(r'^THREAD_FLAGS = "(.*)"$', text, flags=re.MULTILINE)
-    suite_text = SCRIPT.read_text()
-    assert flags and f'XLA_ONE_THREAD = "{flags.group(1)}"' in suite_text
+    runs_text = (ROOT / "benchmarks" / "suite_runs.py").read_text()
+    assert flags and f'XLA_ONE_THREAD = "{flags.group(1)}"' in runs_text
 
 
 def test_peers_without_the_env_are_skipped_and_failures_counted(suite: Any, tmp_path: Path) -> None:
@@ -92,11 +223,21 @@ def test_peers_without_the_env_are_skipped_and_failures_counted(suite: Any, tmp_
     assert (summary["runs"], summary["failed"], summary["reached"]) == (2, 1, 1)
     assert summary["median_env_steps_to_threshold"] is None  # 1 of 2: no majority
     assert study.failed == 1
-    row = suite.render_table(tmp_path).splitlines()[2]
-    assert row.startswith(
-        "| fruit (incomplete) (FruitCatcher-v0) | 1k | catch rate 0.7 | 1/2 (1 failed)"
+    lines = suite.render_table(tmp_path).splitlines()
+    assert lines[2] == (
+        "| fruit (incomplete) (FruitCatcher-v0) | 1k | catch rate 0.7 | GRPO | 1/2 (1 failed) "
+        "| - | 0.710 (0.710 to 0.710) |"
     )
-    assert row.endswith("| n/a |  |  | n/a |  |  |")
+    assert lines[3] == "|  |  |  | PPO (JAX) | n/a |  |  |"
+    assert lines[4] == "|  |  |  | SB3 PPO | n/a |  |  |"
+
+
+def test_a_minatar_game_without_peer_or_constant_has_no_threshold(suite: Any) -> None:
+    runs = {"grpo": [run(0, "grpo", [(1_000_000, 60.0, 3.5)])]}
+    threshold, source = suite.resolve_threshold(suite.TASKS["asterix"], runs)
+    assert threshold is None and source.startswith("none")
+    summary = suite.summarise(runs["grpo"], threshold)
+    assert summary["reached"] is None and summary["final_eval"]["mean"] == 3.5
 
 
 def test_table_from_fabricated_results(suite: Any, tmp_path: Path) -> None:
@@ -126,15 +267,18 @@ def test_table_from_fabricated_results(suite: Any, tmp_path: Path) -> None:
     assert summary["versus_peer"]["grpo_final_at_least_peer"] is False  # 30 < 36.2
 
     table = suite.render_table(tmp_path).splitlines()
-    assert table[0].startswith("| task | budget | threshold | GRPO: reached |")
-    assert "PPO (JAX): final greedy" in table[0] and "SB3" not in table[0]
-    # cartpole: seeds 0 and 1 reach 475 (at 200k / 4.0 s and 100k / 2.5 s), seed 2 does not
-    assert table[2] == (
-        "| cartpole (CartPole-v1) | 500k | 475 | 2/3 | 200k, 4.0 s | 463 (400 to 500) "
-        "| 3/3 | 500k, 4.4 s | 500 (500 to 500) |"
+    assert table[0] == (
+        "| task | budget | threshold | trainer | reached | to threshold (median) "
+        "| final greedy, mean (min to max) |"
     )
-    assert table[3].startswith("| breakout (Breakout-MinAtar) | 1.00M | 25.2 (PPO (JAX) median")
-    assert "| 3/3 | 1.00M, 60.0 s | 30.0 (30.0 to 30.0) |" in table[3]
+    # cartpole: seeds 0 and 1 reach 475 (at 200k / 4.0 s and 100k / 2.5 s), seed 2 does not
+    assert (
+        table[2]
+        == "| cartpole (CartPole-v1) | 500k | 475 | GRPO | 2/3 | 200k, 4.0 s | 463 (400 to 500) |"
+    )
+    assert table[3] == "|  |  |  | PPO (JAX) | 3/3 | 500k, 4.4 s | 500 (500 to 500) |"
+    assert table[4].startswith("| breakout (Breakout-MinAtar) | 1.00M | 25.2 (PPO (JAX) median")
+    assert table[4].endswith("| GRPO | 3/3 | 1.00M, 60.0 s | 30.0 (30.0 to 30.0) |")
     assert "| breakout | 25.2 | 22.0 s; + 11.0 s | 60.0 s | 30.0 | 36.2 |" in table
     assert table[-1].startswith("Files: `suite_cartpole.json` (2026-11-25)")
 
@@ -143,32 +287,131 @@ def test_table_from_fabricated_results(suite: Any, tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert out.stdout.strip().splitlines() == table
 
 
+def test_against_table_gives_the_revisions_ratio(suite: Any, tmp_path: Path) -> None:
+    runs = {
+        "grpo": [run(s, "grpo", [(1_000_000, 20.0, 0.71)]) for s in range(2)],
+        "grpo@abc123": [run(s, "grpo@abc123", [(2_000_000, 50.0, 0.70)]) for s in range(2)],
+    }
+    data = payload(suite, "fruit", runs, rev="abc123")
+    versus = data["versus_against"]["grpo"]
+    assert versus["against_over_this_train_s_to_threshold"] == 2.5
+    assert versus["against_over_this_env_steps_to_threshold"] == 2.0
+    (tmp_path / "study_fruit.json").write_text(json.dumps(data))
+    table = suite.render_table(tmp_path, "study").splitlines()
+    assert "| fruit | GRPO | 1.00M, 20.0 s | 2.00M, 50.0 s | 2.50x | 2.00x |" in table
+    assert "|  |  |  | GRPO @abc123 | 2/2 | 2.00M, 50.0 s | 0.700 (0.700 to 0.700) |" in table
+
+
+def test_throughput_summary_and_table(suite: Any, tmp_path: Path) -> None:
+    def timed(seed: int, row: str, rate: float, groups: int) -> dict[str, Any]:
+        config = {"num_groups": groups, "group_size": 8}
+        return {
+            "trainer": row,
+            "seed": seed,
+            "curve": [],
+            "final_eval": None,
+            "config": config,
+            "median_update_env_steps_per_s": rate,
+            "timed_updates": 3,
+        }
+
+    runs = {
+        "grpo": [timed(0, "grpo", 70_000.0, 128), timed(1, "grpo", 74_000.0, 128)],
+        "wide": [timed(0, "wide", 60_000.0, 512), timed(1, "wide", 62_000.0, 512)],
+    }
+    data = {**payload(suite, "fruit", runs), "mode": "throughput"}
+    assert data["summary"]["wide"]["update_env_steps_per_s"]["median"] == 61_000.0
+    (tmp_path / "suite_throughput_fruit.json").write_text(json.dumps(data))
+    table = suite.render_table(tmp_path, "suite_throughput").splitlines()
+    assert table[2] == "| fruit | GRPO | 1024 | 72,000 (70,000 to 74,000) | 2 |"
+    assert table[3] == "| fruit | wide | 4096 | 61,000 (60,000 to 62,000) | 2 |"
+
+
+def test_the_committed_results_still_render(suite: Any) -> None:
+    table = suite.render_table(ROOT / "benchmarks" / "results")
+    assert table.startswith("| task | budget | threshold | trainer |")
+    assert "| fruit (FruitCatcher-v0) | 2.50M | catch rate 0.7 | GRPO |" in table
+
+
+# ---------------------------------------------------------------- runs
+
+
+def grpo_job(**extra: Any) -> dict[str, Any]:
+    job = {"seed": 0, "budget": 8192, "flags": ["--num-groups", "4"], "eval_episodes": 3}
+    return {**job, "eval_every": None, "stop_at": None, "throughput": None, **extra}
+
+
+def test_a_grpo_run_trains_the_config_the_train_command_parses(runs_module: Any) -> None:
+    task = runs_module.TASKS["cartpole"]
+    record = runs_module.run_grpo(task, grpo_job())
+    parsed = config_from_args(build_parser().parse_args(record["argv"])).to_dict()
+    trained = record["config"]
+    for name, value in parsed.items():  # the trainer only fills in what the parse left unset
+        if name == "run":
+            assert trained["run"] == value
+        elif value is not None:
+            assert trained[name] == value, name
+    assert trained["num_groups"] == 4 and trained["total_env_steps"] == 8192
+    assert record["env_steps"] >= 8192 and 1 <= len(record["curve"]) <= record["updates"]
+    assert record["curve"][-1]["env_steps"] == record["env_steps"]
+    assert record["final_eval"] == record["curve"][-1]["eval"] >= 8  # CartPole lasts 8+ steps
+    assert record["train_s"] == record["curve"][-1]["train_s"] > 0 and record["eval_s"] > 0
+
+
+def test_a_run_stops_at_its_threshold_and_throughput_times_its_updates(
+    runs_module: Any,
+) -> None:
+    task = runs_module.TASKS["cartpole"]
+    stopped = runs_module.run_grpo(task, grpo_job(budget=40_960, stop_at=-math.inf))
+    # the first evaluation (at a tenth of the budget) reaches it; one more update finishes
+    assert len(stopped["curve"]) == 1 and stopped["env_steps"] < 40_960
+    timed = runs_module.run_grpo(task, grpo_job(budget=40_960, throughput=2))
+    assert timed["curve"] == [] and timed["timed_updates"] == 2
+    rates = timed["update_env_steps_per_s"]
+    assert len(rates) == 2 and all(r > 0 for r in rates)
+    assert timed["median_update_env_steps_per_s"] == pytest.approx(sum(rates) / 2, abs=0.1)
+
+
 @pytest.mark.slow
-def test_smoke_run_writes_the_documented_json(tmp_path: Path) -> None:
+def test_smoke_study_against_head_writes_the_documented_json(tmp_path: Path) -> None:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if head.returncode:
+        pytest.skip("not a git checkout: --against needs the repository's history")
     command = [sys.executable, str(SCRIPT), "cartpole", "--budget", "4096", "--seeds", "0"]
-    command += ["--peers", "grpo", "--jobs", "1", "--results", str(tmp_path)]
+    # one variant row (no defaults, no peers: two runs keep the test short), and HEAD's twin
+    command += ["--peers", "", "--set", 'narrow={"hidden_sizes": [16]}', "--against", "HEAD"]
+    command += ["--eval-episodes", "10", "--results", str(tmp_path)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads((tmp_path / "suite_cartpole.json").read_text())
     top = {"command", "timestamp", "task", "env", "budget", "threshold", "threshold_source"}
     top |= {"metric", "eval_marks", "eval_episodes", "seeds", "peers", "complete", "machine"}
-    assert top | {"software", "summary", "versus_peer", "runs"} <= set(result)
+    top |= {"rows", "tree", "against", "software", "summary", "versus_peer", "versus_against"}
+    assert top <= set(result)
     assert result["complete"] and result["budget"] == 4096 and result["threshold"] == 475.0
+    assert result["peers"] == ["narrow", "narrow@HEAD"]
+    assert result["against"] == {"rev": "HEAD", "commit": head.stdout.strip()}
+    assert result["rows"]["narrow"]["flags"] == ["--hidden-sizes", "16"]
     assert result["software"]["torch"] and result["machine"]["threads_per_run"] == 1
-    (record,) = result["runs"]["grpo"]
-    assert record["seed"] == 0 and record["torch_threads"] == 1
-    assert record["cpus_allowed"] == [record["cpu"]]
-    assert record["env_steps"] >= 4096 and record["train_s"] > 0 and record["env_steps_per_s"] > 0
-    assert record["config"]["total_env_steps"] == 4096
-    assert record["config"]["run"]["env"] == "CartPole-v1"
-    assert record["curve"][-1]["env_steps"] == record["env_steps"]
-    assert record["final_eval"] == record["curve"][-1]["eval"] >= 8  # CartPole lasts 8+ steps
-    assert "reached" in record
-    summary = result["summary"]["grpo"]
+    assert set(result["versus_against"]) == {"narrow"}
+    for name, records in result["runs"].items():
+        (record,) = records
+        assert record["seed"] == 0 and record["torch_threads"] == 1
+        assert record["cpus_allowed"] == [record["cpu"]]
+        assert record["config"]["run"]["env"] == "CartPole-v1"
+        assert record["config"]["total_env_steps"] == 4096
+        assert record["curve"][-1]["env_steps"] == record["env_steps"] >= 4096
+        assert record["final_eval"] == record["curve"][-1]["eval"] >= 8
+        assert "reached" in record
+        trained_by = Path(record["grpo_trainer"])
+        assert (trained_by == ROOT / "grpo_trainer") == ("@" not in name), trained_by
+    assert result["runs"]["narrow@HEAD"][0]["config"]["hidden_sizes"] == [16]
+    summary = result["summary"]["narrow"]
     assert summary["runs"] == 1 and summary["failed"] == 0
-    assert summary["final_eval"]["min"] == record["final_eval"]
+    assert summary["final_eval"]["min"] == result["runs"]["narrow"][0]["final_eval"]
