@@ -195,7 +195,7 @@ def test_the_default_batch_follows_the_budget(budget: int, samples: int, groups:
     32-step rollouts, 8 minibatches, and Adam's learning rate by the square root of the
     minibatch."""
     config = GRPOConfig(total_env_steps=budget)
-    assert config.num_envs * config.steps_per_update == samples
+    assert config.num_envs * config.rollout_steps == samples
     assert (config.num_groups, config.rollout_steps) == (groups, 32)
     assert config.minibatch_size == samples // 8
     assert config.lr == pytest.approx(1e-2 * math.sqrt(samples / 8 / 4096))
@@ -204,7 +204,7 @@ def test_the_default_batch_follows_the_budget(budget: int, samples: int, groups:
 
 def test_a_huge_budget_keeps_one_trust_region_per_update() -> None:
     config = GRPOConfig(total_env_steps=10**9)
-    assert config.num_envs * config.steps_per_update == config.anchor_samples == 32768
+    assert config.num_envs * config.rollout_steps == config.anchor_samples == 32768
 
 
 @pytest.mark.parametrize(

@@ -397,11 +397,6 @@ class GRPOConfig:
         assert self.num_groups is not None  # resolved in __post_init__
         return self.num_groups * self.group_size
 
-    @property
-    def steps_per_update(self) -> int:
-        """Windowed: the rollout length."""
-        return self.rollout_steps
-
     def for_episode_limit(self, episode_limit: int | None) -> GRPOConfig:
         """This config with `window` (and with it `gamma`) set from the env's episode limit,
         where they are None."""

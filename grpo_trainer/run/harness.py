@@ -1,4 +1,4 @@
-"""The run: a loop around `GRPO.agreed_update`, with every service a callback.
+"""The run: a loop around `GRPO.update_and_agree_on_stop`, with every service a callback.
 
 `Harness.run` updates until the env-step budget is spent. After each update every callback's
 `on_update` sees the update's metrics, in this order: evaluation during training
@@ -111,8 +111,8 @@ class Harness:
     def _update(self) -> dict[str, float]:
         """One update; every rank learns from its reduction whether some rank asked to stop."""
         state = self.state
-        result = self.trainer.agreed_update(
-            should_stop=lambda: bool(self.signal_received or state.stop_requested)
+        result = self.trainer.update_and_agree_on_stop(
+            stop_requested=lambda: bool(self.signal_received or state.stop_requested)
         )
         state.update, state.env_steps = self.trainer.update_index, self.trainer.env_steps
         if result.stop and state.stop_requested and not self.signal_received:

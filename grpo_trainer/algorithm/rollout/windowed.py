@@ -10,10 +10,16 @@ from typing import Any
 import torch
 
 from grpo_trainer.algorithm.policy import ActionHead
-from grpo_trainer.algorithm.rollout.buffer import Rollout, RolloutBuffer, rollout_view
-from grpo_trainer.algorithm.rollout.recorder import ExplorationNoise, Recorder, SampleFn
+from grpo_trainer.algorithm.rollout.buffer import (
+    ExplorationNoise,
+    Recorder,
+    Rollout,
+    RolloutBuffer,
+    RolloutCheckpoint,
+    SampleFn,
+    rollout_view,
+)
 from grpo_trainer.algorithm.rollout.restarts import RestartPolicy
-from grpo_trainer.algorithm.rollout.saved import SavedRollout
 from grpo_trainer.envs.env_io import EnvIO
 from grpo_trainer.envs.episodes import EpisodeRunner
 
@@ -72,13 +78,13 @@ class WindowedRollout:
             "alive": runner.alive,
             "returns": runner.returns,
             "lengths": runner.lengths,
-            "own": runner.own,
+            "own": runner.from_start,  # the checkpoint's key names are the file format's
             "noise": self.noise.last,
             "carry": {k: t[buffer.trained_rows :] for k, t in buffer.tensors.items()},
             "restarts": self.restarts.state_dict(),
         }
 
-    def resume(self, saved: SavedRollout) -> None:
+    def resume(self, saved: RolloutCheckpoint) -> None:
         """Continue the episodes a checkpoint left in play, where it holds them for this rank;
         else every sub-env starts a new one."""
         if saved.state is None:
@@ -112,7 +118,7 @@ class WindowedRollout:
         runner.returns = state["returns"].to(device)
         runner.lengths = state["lengths"].to(device)
         if "own" in state:  # checkpoints before branch_ended counted every episode
-            runner.own = state["own"].to(device)
+            runner.from_start = state["own"].to(device)
         if state.get("noise") is not None:
             self.noise.last = state["noise"].to(device)
         for name, t in self.buffer.tensors.items():
