@@ -286,6 +286,20 @@ def test_incompatible_checkpoints_are_refused(tmp_path: Path) -> None:
         wider.load(path)
 
 
+def test_a_rollout_state_with_an_entry_missing_is_refused_by_name(tmp_path: Path) -> None:
+    """A checkpoint whose episodes in play lack an entry this version writes (here `own`,
+    which marks episodes played from their start) cannot be continued: the resume says
+    which, instead of guessing the entry."""
+    trainer = _trainer()
+    trainer.update()
+    state = trainer.state_dict()
+    del state["rollouts"][0]["own"]
+    path = tmp_path / "no-own.pt"
+    checkpoint.atomic_save(state, path)
+    with pytest.raises(CheckpointError, match=r"no-own\.pt: its rollout state lacks own \("):
+        _trainer().load(path)
+
+
 def test_sigint_stops_after_the_update_and_checkpoints(tmp_path: Path) -> None:
     """SIGINT during an update finishes it, writes last.pt and returns."""
     trainer = _trainer(run_dir=tmp_path / "run", total_env_steps=10**6)

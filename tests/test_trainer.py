@@ -93,14 +93,16 @@ def test_env_without_a_limit_trains_windowed_but_needs_one_for_episodes() -> Non
     assert trainer.update()["env_steps"] == 4 * 8
 
 
-def test_retired_fields_say_what_replaced_them() -> None:
-    """An old config.json with `minibatches` is refused, naming minibatch_size; reading an
-    old checkpoint's network drops it with a warning."""
+def test_a_field_this_version_lacks_is_refused_by_name() -> None:
+    """A config.json with a field this version does not have (an earlier version's
+    `minibatches`, a misspelt run field) is refused, naming each, not silently dropped."""
     old = {**GRPOConfig().to_dict(), "minibatches": 8}
-    with pytest.raises(ValueError, match="minibatch_size"):
+    with pytest.raises(ValueError, match=r"unknown GRPOConfig field\(s\): minibatches$"):
         GRPOConfig.from_dict(old)
-    with pytest.warns(RuntimeWarning, match="minibatch_size"):
-        assert GRPOConfig.from_dict(old, strict=False).minibatch_size == GRPOConfig().minibatch_size
+    typo = GRPOConfig().to_dict()
+    typo["run"] = {**typo["run"], "sed": 1}
+    with pytest.raises(ValueError, match=r"unknown RunConfig field\(s\): sed$"):
+        GRPOConfig.from_dict(typo)
 
 
 def test_bad_device_raises_naming_it() -> None:

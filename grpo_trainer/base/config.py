@@ -14,7 +14,6 @@ import math
 import os
 import types
 import typing
-import warnings
 from typing import Any, Literal, get_args, get_origin
 
 # The batch a run gets by default follows its budget (docs/trainer.md, "Defaults that
@@ -408,33 +407,13 @@ class GRPOConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, strict: bool = True) -> GRPOConfig:
-        """Rebuild from `to_dict()` output; unknown fields raise `ValueError`.
-
-        A field that an earlier version had (`RETIRED`) raises with what replaced it; with
-        `strict=False` (reading an old checkpoint's network, for eval) it is dropped with a
-        warning instead.
-        """
+    def from_dict(cls, data: dict[str, Any]) -> GRPOConfig:
+        """Rebuild from `to_dict()` output; unknown fields raise `ValueError`."""
         data = {k: v for k, v in data.items() if k != "_help"}  # config.json's descriptions
         run = dict(data.pop("run", {}))
-        for fields in (data, run):
-            for name in [n for n in fields if n in RETIRED]:
-                if strict:
-                    raise ValueError(f"{name}: {RETIRED[name]}")
-                warnings.warn(f"ignoring {name}: {RETIRED[name]}", RuntimeWarning, stacklevel=2)
-                del fields[name]
         _reject_unknown(cls, data)
         _reject_unknown(RunConfig, run)
         return cls(**data, run=RunConfig(**run))
-
-
-# Fields of earlier versions, and what took their place (named in the error a config gets).
-RETIRED = {
-    "minibatches": (
-        "retired; minibatches are now sized in samples: set minibatch_size (the old default, "
-        "8 minibatches of 128 envs x 200 steps, was about 3200 samples)"
-    ),
-}
 
 
 def parse_target(text: str) -> tuple[str, float]:

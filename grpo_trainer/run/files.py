@@ -28,9 +28,9 @@ log = logging.getLogger(__name__)
 
 
 def resumed_best(trainer: GRPO) -> Best:
-    """The best score the resumed checkpoint recorded (older files called it best_return)."""
+    """The best score the resumed checkpoint recorded."""
     saved = trainer.checkpoint_extras
-    score = saved.get("best_score", saved.get("best_return", -math.inf))
+    score = saved.get("best_score", -math.inf)
     return Best(float(score), str(saved.get("best_by", "return_mean")))
 
 
