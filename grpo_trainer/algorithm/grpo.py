@@ -6,8 +6,8 @@ own: the rollout modes (`rollout/`), advantages and their return estimators
 optimiser step (`optimizer_step.py`), and the policy as the trainer runs it (`policy.py`);
 the update's report, its metrics over all ranks in one host copy, closes this module. What
 ranks share is `base/collective.py`. The run around updates (budget, checkpoints,
-evaluation, logging) is the layer above: `grpo_trainer.run.GRPOTrainer` is this class plus
-`train()`.
+evaluation, logging, reading checkpoint files) is the layer above:
+`grpo_trainer.run.GRPOTrainer` is this class plus `train()` and `load()`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import logging
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -51,10 +49,8 @@ from grpo_trainer.base.schedules import lr_factor
 from grpo_trainer.envs.env_io import EnvIO
 from grpo_trainer.envs.episodes import summarise
 
-log = logging.getLogger(__name__)
-
 # The entries of `GRPO.state_dict()`, and the checkpoint's digest: what a checkpoint holds
-# besides these belongs to the run (`checkpoint_extras`).
+# besides these belongs to the run (`GRPOTrainer.checkpoint_extras`).
 STATE_KEYS = frozenset(
     {
         *("format_version", "config", "spaces", "policy", "reference", "optimizer", "scaler"),
@@ -109,10 +105,6 @@ class GRPO:
         self.update_index = 0
         self.env_steps = 0
         self.train_s = 0.0
-        # entries of a resumed checkpoint that the run wrote beside these (best.pt's score)
-        self.checkpoint_extras: dict[str, Any] = {}
-        if run.resume:
-            self.load(run.resume)
 
     @property
     def buffer(self) -> RolloutBuffer:
@@ -279,34 +271,25 @@ class GRPO:
             "rollouts": self.collective.gather(self.rollout.state_dict()),
         }
 
-    def load(self, path: str | Path) -> Path:
-        """Continue from a checkpoint file or run directory (newest usable checkpoint)."""
-        payload, found = checkpoint.load_for_resume(path)
-        spaces = checkpoint.space_signature(self.env.observation_space, self.env.action_space)
-        checkpoint.check_compatible(payload, found, spaces, self.config.to_dict())
+    def load_state_dict(self, state: dict[str, Any], source: str = "the state") -> None:
+        """Continue from `state_dict()`'s entries (those of a checkpoint the run has read and
+        checked: `GRPOTrainer.load`); `source` names it in errors and warnings."""
         try:
-            copy.deepcopy(self.policy).load_state_dict(payload["policy"])  # nothing half-loaded
-            self.policy.load_state_dict(payload["policy"])
+            copy.deepcopy(self.policy).load_state_dict(state["policy"])  # nothing half-loaded
+            self.policy.load_state_dict(state["policy"])
             if self.reference is not None:  # a run that had no reference starts it from here
-                self.reference.load_state_dict(payload["reference"] or payload["policy"])
-            self.optimizer_step.load_state_dict(payload["optimizer"], payload["scaler"])
+                self.reference.load_state_dict(state["reference"] or state["policy"])
+            self.optimizer_step.load_state_dict(state["optimizer"], state["scaler"])
         except (RuntimeError, ValueError, KeyError) as err:
             raise checkpoint.CheckpointError(
-                f"checkpoint {found} does not fit this network (hidden_sizes, activation or "
+                f"checkpoint {source} does not fit this network (hidden_sizes, activation or "
                 f"action head differ): {err}"
             ) from None
-        self.generator.set_state(payload["generator"])
-        self.update_index = int(payload["update_index"])
-        self.env_steps = int(payload["env_steps"])
-        self.train_s = float(payload.get("train_s", 0.0))
-        self.checkpoint_extras = {k: v for k, v in payload.items() if k not in STATE_KEYS}
-        self.rollout.resume(
-            RolloutCheckpoint.for_rank(payload, self.config, self.collective, str(found))
-        )
-        log.info(
-            "resumed from %s at update %d (%d env steps)", found, self.update_index, self.env_steps
-        )
-        return found
+        self.generator.set_state(state["generator"])
+        self.update_index = int(state["update_index"])
+        self.env_steps = int(state["env_steps"])
+        self.train_s = float(state["train_s"])
+        self.rollout.resume(RolloutCheckpoint.for_rank(state, self.config, self.collective, source))
 
 
 # -- the report --------------------------------------------------------------------------------
