@@ -46,8 +46,8 @@ class Samples(NamedTuple):
         return self.obs.shape[0]
 
     def rows(self, index: torch.Tensor) -> Samples:
-        """The samples at `index` (index_select, not x[index]: the same rows, 3x faster on
-        the CPU)."""
+        """The samples at `index` (index_select, not x[index]: the same rows, faster on the
+        CPU; docs/performance.md, "Figures the code relies on")."""
         return Samples(*(t.index_select(0, index) for t in self))
 
 

@@ -213,10 +213,10 @@ class GaussianHead(ActionHead):
 class _SigmoidTanh(torch.autograd.Function):
     """tanh(x) as 2 sigmoid(2x) - 1, with tanh's own backward, grad * (1 - y^2).
 
-    Why: on the x86 CPUs we measured, ATen's float32 `tanh` kernel costs about 10x its
-    `sigmoid` (2.4 vs 0.25 ns per element), and the two hidden tanh layers then cost more
-    than the matmuls around them. The identity is exact in real arithmetic; in float32 the
-    result stays within 2.4e-7 of `torch.tanh`, inside [-1, 1]. See docs/performance.md.
+    Why: on x86 CPUs ATen's float32 `tanh` kernel costs several times its `sigmoid`, so the
+    two hidden tanh layers would cost more than the matmuls around them (docs/performance.md,
+    "Figures the code relies on"). The identity is exact in real arithmetic; in float32 the
+    result stays within a few ulps of `torch.tanh`, inside [-1, 1] (tests/test_policy.py).
     """
 
     @staticmethod
@@ -235,8 +235,8 @@ class _SigmoidTanh(torch.autograd.Function):
 
 
 class Tanh(nn.Module):
-    """Drop-in for `nn.Tanh` (no parameters, so checkpoints are unchanged), several times
-    faster on the CPU: see `_SigmoidTanh`."""
+    """Drop-in for `nn.Tanh` (no parameters, so checkpoints are unchanged), faster on the
+    CPU: see `_SigmoidTanh`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _SigmoidTanh.apply(x)

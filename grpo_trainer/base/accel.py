@@ -89,8 +89,8 @@ def compile_mode(mode: str, device: torch.device) -> str:
 
 def resolve_amp(amp: str, device: torch.device) -> str:
     """The AMP mode to use, refusing what the device cannot run. No mode is on by default:
-    bf16 did not pay on the CPU (it ran 1.3x more env steps per second but needed as many more
-    steps to learn, docs/trainer.md), and on a GPU it has not been measured yet."""
+    bf16 did not pay on the CPU (its faster steps were spent on as many more steps to learn,
+    docs/trainer.md), and on a GPU it has not been measured yet."""
     check_amp(amp, device)
     return amp
 

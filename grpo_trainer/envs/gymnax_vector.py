@@ -17,13 +17,13 @@ crosses to torch through DLPack without a copy: the observations as they are, an
 reward, terminated and truncated flags together as one `(N, 3)` float32 array, so a step
 costs two hand-overs instead of four. Actions go in through DLPack on a GPU, and as a numpy
 view on the CPU, where the compiled call's copy costs less than JAX's DLPack import
-(`torch_to_jax`). The final observation is a second full observation
-array per step (on MinAtar it doubled the step's time): `final_obs=False`, one of the
-trainer's fast options (it never reads it), compiles a step without it.
+(`torch_to_jax`). The final observation is a second full observation array per step, as
+large as the step's own output: `final_obs=False`, one of the trainer's fast options (it
+never reads it), compiles a step without it.
 
 Why not gymnax's `GymnaxToVectorGymWrapper` + Gymnasium's `JaxToTorch`: they take one seed
-for all sub-envs, offer no snapshots, and convert every output on its own; the trainer ran
-gymnax CartPole 2.8x slower through them than Gymnasium's numpy CartPole (docs/integrations.md).
+for all sub-envs, offer no snapshots, and convert every output on its own, so the trainer
+ran gymnax CartPole slower through them than Gymnasium's numpy CartPole (docs/integrations.md).
 """
 
 from __future__ import annotations
@@ -74,10 +74,10 @@ def _dlpack(x: torch.Tensor) -> jax.Array:
 
 def torch_to_jax(device: torch.device) -> Callable[[torch.Tensor], Any]:
     """How torch tensors enter JAX on `device`, chosen once. On a GPU through DLPack, without
-    a copy. On the CPU as a numpy view, which a jit-compiled call copies in: importing a
-    DLPack capsule costs JAX about 130 us whatever its size, the copy of 4096 actions 40 us,
-    and a step of 4096 CartPoles about 400 us. What comes out of JAX goes to torch through
-    DLPack on either device, without a copy."""
+    a copy. On the CPU as a numpy view, which a jit-compiled call copies in: JAX's import of
+    a DLPack capsule has a fixed cost, larger than that copy at the batch sizes the trainer
+    runs (docs/integrations.md). What comes out of JAX goes to torch through DLPack on
+    either device, without a copy."""
     return _numpy_view if device.type == "cpu" else _dlpack
 
 
