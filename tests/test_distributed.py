@@ -118,7 +118,6 @@ def _worker(out: Path) -> None:
         minibatch_size=64,
         micro_batches=2,
         kl_coef=0.05,
-        ref_update_every=2,
         anchor_samples=192,
     )
     trainer = _trainer(config)

@@ -102,26 +102,6 @@ def test_evaluations_land_every_eval_every_env_steps_and_pick_best_pt(tmp_path: 
     assert again["catch_rate"] == pytest.approx(best_row["eval_score"], abs=1e-6)
 
 
-def test_sampled_evaluation_rides_along_without_changing_the_score(tmp_path: Path) -> None:
-    """eval_sampled=True: every evaluation also plays its episodes with sampled actions
-    (eval_sampled_*); the score that picks best.pt stays the greedy one, and replaying a
-    sampled evaluation on best.pt with the same seed gives its recorded figures."""
-    run_dir = tmp_path / "run"
-    _trainer(_config(run_dir, eval_sampled=True)).train()
-    evaluated = [r for r in _rows(run_dir) if "eval_score" in r]
-    assert [r["update"] for r in evaluated] == [2, 4, 6]
-    for row in evaluated:
-        assert row["eval_sampled_episodes"] == 12
-        assert row["eval_score"] == row["eval_catch_rate"]
-    best_row = max(evaluated, key=lambda r: r["eval_score"])
-    envs = gym.make_vec("FruitCatcher-v0", num_envs=12)
-    policy, _, _ = load_policy(run_dir / "checkpoints" / "best.pt", CPU, envs)
-    greedy = evaluate(policy, envs, 12, seed=EVAL_SEED)
-    sampled = evaluate(policy, envs, 12, greedy=False, seed=EVAL_SEED)
-    assert greedy["catch_rate"] == pytest.approx(best_row["eval_catch_rate"], abs=1e-6)
-    assert sampled["catch_rate"] == pytest.approx(best_row["eval_sampled_catch_rate"], abs=1e-6)
-
-
 def test_evaluation_time_stays_out_of_training_time_and_steps_per_second(
     tmp_path: Path,
 ) -> None:

@@ -221,13 +221,9 @@ class GRPO:
         return part._replace(old_logp=self.log_prob(part.obs, part.actions))
 
     def _follow_schedules(self) -> float:
-        """Set this update's learning rate; refresh the KL reference when due."""
+        """Set this update's learning rate."""
         cfg = self.config
-        refresh = cfg.ref_update_every and self.update_index % cfg.ref_update_every == 0
-        if self.reference is not None and refresh:
-            self.reference.load_state_dict(self.policy.state_dict())
-        progress = self.env_steps / cfg.total_env_steps
-        lr = cfg.lr * lr_factor(progress, cfg.lr_schedule, cfg.warmup_fraction)
+        lr = cfg.lr * lr_factor(self.env_steps / cfg.total_env_steps, cfg.lr_schedule)
         self.optimizer_step.set_lr(lr)
         return lr
 

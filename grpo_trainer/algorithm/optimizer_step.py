@@ -100,7 +100,7 @@ class OptimizerStep:
         self.policy, self.collective = policy, collective
         self.max_grad_norm = config.max_grad_norm
         self.optimizer, self.fused = make_optimizer(
-            policy.parameters(), config.lr, config.weight_decay, config.run.fused_optimizer
+            policy.parameters(), config.lr, config.run.fused_optimizer
         )
         self.scaler = torch.amp.GradScaler("cuda") if amp == "fp16" else None
 

@@ -119,21 +119,23 @@ def check_amp(amp: str, device: torch.device) -> None:
 
 
 def make_optimizer(
-    params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float, fused: bool
+    params: Iterable[torch.nn.Parameter], lr: float, fused: bool
 ) -> tuple[torch.optim.AdamW, bool]:
-    """AdamW, fused where supported (one kernel per step, and device-side step skipping)."""
+    """AdamW, fused where supported (one kernel per step, and device-side step skipping),
+    without weight decay: it did not help (docs/trainer.md, "Flags decided by measurement"),
+    and AdamW's own default is 0.01."""
     params = list(params)
     if fused and params[0].device.type not in ("cpu", "cuda"):
         log.info("fused AdamW runs on the CPU and CUDA, not %s; using foreach", params[0].device)
         fused = False
     if fused:
         try:
-            return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True), True
+            return torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=True), True
         except (RuntimeError, ValueError) as err:
             log.info("fused AdamW unavailable (%s); using foreach", err)
     # capturable: the step count lives on the GPU, so that a skipped step can be undone there
     capturable = params[0].device.type == "cuda"
     foreach = torch.optim.AdamW(
-        params, lr=lr, weight_decay=weight_decay, foreach=True, capturable=capturable
+        params, lr=lr, weight_decay=0.0, foreach=True, capturable=capturable
     )
     return foreach, False

@@ -146,7 +146,6 @@ class RunConfig:
         250_000, "env steps between evaluations during training, on separate envs (0: none)"
     )
     eval_episodes: int = _field(1000, "episodes per evaluation, played with greedy actions")
-    eval_sampled: bool = _field(False, "also evaluate with sampled actions (eval_sampled_*)")
     target: str | None = _field(
         None,
         "stop when an evaluation reaches NAME=VALUE, NAME 'return' or a ratio the env "
@@ -169,7 +168,7 @@ class RunConfig:
         _check_int(self, "seed", minimum=0)
         if self.seed >= 2**63:
             raise ValueError(f"seed must be below 2**63, got {self.seed}")
-        for name in ("fused_optimizer", "progress", "tensorboard", "eval_sampled", "wandb"):
+        for name in ("fused_optimizer", "progress", "tensorboard", "wandb"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("run_dir", "resume"):
@@ -295,7 +294,6 @@ class GRPOConfig:
     )
     micro_batches: int = _field(1, "gradient accumulation inside each minibatch")
     kl_coef: float = _field(0.0, "weight of the k3 KL to a frozen reference policy")
-    ref_update_every: int = _field(0, "refresh the KL reference every K updates (0: never)")
     entropy_coef: float = _field(0.01, "weight of the entropy bonus")
     max_grad_norm: float = _field(1.0, "clip the global gradient norm to this")
     lr: float | None = _field(
@@ -304,8 +302,6 @@ class GRPOConfig:
     lr_schedule: Schedule = _field(
         "linear", "learning-rate schedule over the env-step budget: constant, linear, cosine"
     )
-    warmup_fraction: float = _field(0.0, "fraction of the budget spent warming the rate up")
-    weight_decay: float = _field(0.0, "AdamW weight decay")
     # -- policy network --
     hidden_sizes: tuple[int, ...] = _field((64, 64), "widths of the MLP's hidden layers")
     activation: Activation = _field("relu", "activation of the hidden layers: relu or tanh")
@@ -354,7 +350,6 @@ class GRPOConfig:
             _check_int(self, "epochs", minimum=1)
         if self.anchor_samples is not None:
             _check_int(self, "anchor_samples", minimum=1)
-        _check_int(self, "ref_update_every", minimum=0)
         _check_choice(self, "rollout", RolloutMode)
         _check_choice(self, "advantage", AdvantageMode)
         _check_choice(self, "scale", ScaleMode)
@@ -371,8 +366,6 @@ class GRPOConfig:
         _check_float(self, "entropy_coef", 0.0, math.inf)
         _check_float(self, "max_grad_norm", 0.0, math.inf, low_open=True)
         _check_float(self, "lr", 0.0, math.inf, low_open=True)
-        _check_float(self, "warmup_fraction", 0.0, 1.0, high_open=True)
-        _check_float(self, "weight_decay", 0.0, math.inf)
         if not isinstance(self.branch_ended, bool):
             raise ValueError(f"branch_ended must be true or false, got {self.branch_ended!r}")
         for name in ("hidden_sizes", "cnn_channels"):
