@@ -171,7 +171,7 @@ def train_phase(updates: int, device: torch.device, args: argparse.Namespace) ->
         sample = {
             "update": row["update"],
             "steps_per_s": row["steps_per_s"],
-            "steps_per_cpu_s": config.num_envs * config.steps_per_update / cpu,
+            "steps_per_cpu_s": config.num_envs * config.rollout_steps / cpu,
         }
         for ours, theirs in (
             ("rss_mib", "mem_rss_mib"),

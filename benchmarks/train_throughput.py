@@ -73,7 +73,7 @@ def rows(big: int) -> list[Row]:
     # one gradient step per rollout, as the naive trainer takes: one epoch, one minibatch and
     # one trust region for the whole batch
     same = _trainer(num_groups=big // 8, epochs=1, minibatch_size=1 << 30, anchor_samples=None)
-    horizon = same.config.steps_per_update
+    horizon = same.config.rollout_steps
     out.append(Row(f"trainer, {big} envs, 1 epoch x 1 minibatch", same.update, big * horizon))
     naive = NaiveGRPO(
         gym.make_vec("FruitCatcher-v0", num_envs=big),
@@ -86,7 +86,7 @@ def rows(big: int) -> list[Row]:
     )
     out.append(Row(f"naive, {big} envs, 1 epoch x 1 minibatch", naive.update, big * horizon))
     default = _trainer()
-    n = default.config.num_envs * default.config.steps_per_update
+    n = default.config.num_envs * default.config.rollout_steps
     out.append(Row(f"trainer defaults ({default.config.num_envs} envs)", default.update, n))
     wide = _trainer(num_groups=big // 8)
     out.append(Row(f"trainer defaults, {big} envs", wide.update, big * horizon))

@@ -42,7 +42,6 @@ def _trainer(*, run_dir: Path | None = None, resume: Path | None = None, **kw: A
         "hidden_sizes": (16,),
         "lr": 1e-2,
         "kl_coef": 0.1,  # so the reference policy is saved and restored too
-        "ref_update_every": 2,
         "total_env_steps": 10**6,
     }
     cfg = GRPOConfig(**{**fields, **kw}, run=run)
@@ -103,7 +102,7 @@ def test_checkpoint_holds_only_plain_data(tmp_path: Path) -> None:
 def test_exact_resume_is_bit_identical(tmp_path: Path) -> None:
     """Train K updates, checkpoint, continue M; a fresh trainer loaded from the checkpoint and
     run for M updates ends with bit-identical weights (CPU, fixed seeds)."""
-    k, m = 2, 3  # with ref_update_every=2, the reference is refreshed after the resume too
+    k, m = 2, 3
     original = _trainer()
     for _ in range(k):
         original.update()
@@ -284,6 +283,20 @@ def test_incompatible_checkpoints_are_refused(tmp_path: Path) -> None:
     wider = _trainer(hidden_sizes=(32,))
     with pytest.raises(CheckpointError, match="hidden_sizes"):
         wider.load(path)
+
+
+def test_a_rollout_state_with_an_entry_missing_is_refused_by_name(tmp_path: Path) -> None:
+    """A checkpoint whose episodes in play lack an entry this version writes (here `own`,
+    which marks episodes played from their start) cannot be continued: the resume says
+    which, instead of guessing the entry."""
+    trainer = _trainer()
+    trainer.update()
+    state = trainer.state_dict()
+    del state["rollouts"][0]["own"]
+    path = tmp_path / "no-own.pt"
+    checkpoint.atomic_save(state, path)
+    with pytest.raises(CheckpointError, match=r"no-own\.pt: its rollout state lacks own \("):
+        _trainer().load(path)
 
 
 def test_sigint_stops_after_the_update_and_checkpoints(tmp_path: Path) -> None:

@@ -118,7 +118,6 @@ def _worker(out: Path) -> None:
         minibatch_size=64,
         micro_batches=2,
         kl_coef=0.05,
-        ref_update_every=2,
         anchor_samples=192,
     )
     trainer = _trainer(config)
@@ -139,7 +138,7 @@ def _worker(out: Path) -> None:
     record["resumed"]["params_after"] = _flat_params(resumed)
 
     # D. A signal reaching only rank 1 stops both ranks after the same update.
-    record["stop"] = resumed.agreed_update(should_stop=lambda: rank == 1).stop
+    record["stop"] = resumed.update_and_agree_on_stop(stop_requested=lambda: rank == 1).stop
 
     # E. Names that differ between ranks (an info field only rank 0 has seen) still reduce.
     names = ["episodes", "episode_sum_r"] if rank == 0 else ["episodes"]

@@ -102,26 +102,6 @@ def test_evaluations_land_every_eval_every_env_steps_and_pick_best_pt(tmp_path: 
     assert again["catch_rate"] == pytest.approx(best_row["eval_score"], abs=1e-6)
 
 
-def test_sampled_evaluation_rides_along_without_changing_the_score(tmp_path: Path) -> None:
-    """eval_sampled=True: every evaluation also plays its episodes with sampled actions
-    (eval_sampled_*); the score that picks best.pt stays the greedy one, and replaying a
-    sampled evaluation on best.pt with the same seed gives its recorded figures."""
-    run_dir = tmp_path / "run"
-    _trainer(_config(run_dir, eval_sampled=True)).train()
-    evaluated = [r for r in _rows(run_dir) if "eval_score" in r]
-    assert [r["update"] for r in evaluated] == [2, 4, 6]
-    for row in evaluated:
-        assert row["eval_sampled_episodes"] == 12
-        assert row["eval_score"] == row["eval_catch_rate"]
-    best_row = max(evaluated, key=lambda r: r["eval_score"])
-    envs = gym.make_vec("FruitCatcher-v0", num_envs=12)
-    policy, _, _ = load_policy(run_dir / "checkpoints" / "best.pt", CPU, envs)
-    greedy = evaluate(policy, envs, 12, seed=EVAL_SEED)
-    sampled = evaluate(policy, envs, 12, greedy=False, seed=EVAL_SEED)
-    assert greedy["catch_rate"] == pytest.approx(best_row["eval_catch_rate"], abs=1e-6)
-    assert sampled["catch_rate"] == pytest.approx(best_row["eval_sampled_catch_rate"], abs=1e-6)
-
-
 def test_evaluation_time_stays_out_of_training_time_and_steps_per_second(
     tmp_path: Path,
 ) -> None:
@@ -238,11 +218,9 @@ def test_request_stop_ends_the_run_after_the_next_update_with_a_checkpoint(
     assert checkpoint.load(run_dir / "checkpoints" / "last.pt")["update_index"] == 4
 
 
-def test_callbacks_see_the_run_state_and_an_old_callback_is_told_what_changed(
-    tmp_path: Path,
-) -> None:
-    """Hooks get a RunState (counters, best, request_stop), not the loop: a callback written
-    for the loop (`harness.trainer...`) fails naming what replaced the attribute."""
+def test_callbacks_see_the_run_state_and_not_the_loop(tmp_path: Path) -> None:
+    """Hooks get a RunState (counters, best, request_stop), not the loop: a callback that
+    reaches for the loop (`harness.trainer...`) fails with an AttributeError naming it."""
     seen: list[tuple[int, int, Best]] = []
 
     class Watch(Callback):
@@ -257,7 +235,7 @@ def test_callbacks_see_the_run_state_and_an_old_callback_is_told_what_changed(
         def on_update(self, harness: Any, metrics: dict[str, float]) -> None:
             harness.trainer.env_steps  # noqa: B018
 
-    with pytest.raises(AttributeError, match=r"RunState.*harness\.trainer.*state\.env_steps"):
+    with pytest.raises(AttributeError, match="'RunState' object has no attribute 'trainer'"):
         _trainer(_config(eval_every=0)).train(callbacks=[Old()])
 
 

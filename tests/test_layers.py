@@ -83,3 +83,34 @@ def test_the_algorithm_is_the_top_of_its_layer() -> None:
     graph = _graph()
     back = [m for m, targets in graph.items() if "grpo_trainer.algorithm.grpo" in targets]
     assert all(_layer(m) > LAYERS.index("algorithm") for m in back), back
+
+
+# What of base/checkpoint.py the algorithm may name: the data format of its state, and the
+# error a state that does not fit raises; reading and writing files is the run's.
+CHECKPOINT_DATA = {"FORMAT_VERSION", "DIGEST_KEY", "space_signature", "CheckpointError"}
+FILE_MODULES = {"pathlib", "os", "io", "shutil", "tempfile"}
+
+
+def test_the_algorithm_reads_and_writes_no_files() -> None:
+    """docs/architecture.md: `GRPO`'s state goes out and comes back as a dict; resuming from
+    a file is `GRPOTrainer.load` (run/). No algorithm module opens a file, imports a file
+    module, or calls base/checkpoint.py's file functions."""
+    found = []
+    for path in sorted((PACKAGE / "algorithm").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found += [
+                    f"{path.name}: import {a.name}" for a in node.names if a.name in FILE_MODULES
+                ]
+            elif isinstance(node, ast.ImportFrom) and node.module in FILE_MODULES:
+                found.append(f"{path.name}: from {node.module}")
+            elif isinstance(node, ast.ImportFrom) and node.module == "grpo_trainer.base.checkpoint":
+                found += [
+                    f"{path.name}: {a.name}" for a in node.names if a.name not in CHECKPOINT_DATA
+                ]
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                if node.value.id == "checkpoint" and node.attr not in CHECKPOINT_DATA:
+                    found.append(f"{path.name}: checkpoint.{node.attr}")
+            elif isinstance(node, ast.Name) and node.id == "open":
+                found.append(f"{path.name}: open")
+    assert not found

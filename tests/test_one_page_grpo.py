@@ -67,7 +67,6 @@ def matching_trainer(config: Any, *, fused: bool) -> GRPOTrainer:
         max_grad_norm=config.max_grad_norm,
         lr=config.lr,
         lr_schedule="constant",
-        weight_decay=0.0,
         hidden_sizes=(config.hidden, config.hidden),
         activation=config.activation,
         obs_storage="float32",

@@ -145,7 +145,7 @@ def test_missing_digest_and_old_format_are_refused(tmp_path: Path) -> None:
     old = tmp_path / "old.pt"
     torch.save({**payload(0), "format_version": 1}, old)
     with pytest.raises(
-        CheckpointError, match="format version 1; this grpo_trainer resumes version"
+        CheckpointError, match="format version 1; this grpo_trainer reads version 3"
     ):
         checkpoint.load(old)
     other = tmp_path / "other.pt"
@@ -325,9 +325,9 @@ def test_resume_with_a_new_kl_reference_starts_it_from_the_checkpoint(tmp_path: 
         assert torch.equal(ref, pol)
 
 
-def test_eval_reads_an_older_format_but_resume_does_not(tmp_path: Path) -> None:
-    """A version-2 checkpoint (whole-episode rollouts, `minibatches`) still plays in eval;
-    resuming it is refused with the versions named."""
+def test_an_older_format_is_refused_by_eval_and_resume_alike(tmp_path: Path) -> None:
+    """A version-2 checkpoint (whole-episode rollouts, `minibatches`) is neither resumed nor
+    played: both name the versions, rather than translate its config."""
     trainer = make_trainer(tmp_path / "run")
     state = trainer.state_dict()
     state["format_version"] = 2
@@ -335,14 +335,9 @@ def test_eval_reads_an_older_format_but_resume_does_not(tmp_path: Path) -> None:
     del state["config"]["minibatch_size"]
     path = tmp_path / "v2.pt"
     checkpoint.atomic_save(state, path)
-    with pytest.raises(checkpoint.CheckpointError, match="resumes version"):
+    with pytest.raises(checkpoint.CheckpointError, match=r"format version 2; .* reads version 3"):
         checkpoint.load_for_resume(path)
     from grpo_trainer.run.evaluation import load_policy
 
-    with pytest.warns(RuntimeWarning, match="minibatch_size"):
-        policy, config, _ = load_policy(path, torch.device("cpu"))
-    assert config.hidden_sizes == (8,)
-    assert all(
-        torch.equal(a, b)
-        for a, b in zip(policy.parameters(), trainer.policy.parameters(), strict=True)
-    )
+    with pytest.raises(checkpoint.CheckpointError, match=r"format version 2; .* reads version 3"):
+        load_policy(path, torch.device("cpu"))

@@ -275,10 +275,10 @@ def test_episodes_are_counted_once_from_their_start() -> None:
     io = EnvIO(_fruit(2, max_episode_steps=5), CPU)
     runner = EpisodeRunner(io)
     io.reset_groups([0, 1], 1)
-    runner.revive()
+    runner.begin_episodes()
     stay = torch.ones(2, dtype=torch.long)
     runner.step(stay)
-    runner.follow(torch.tensor([0, 0]), torch.zeros(2, dtype=torch.bool))
+    runner.branch_from(torch.tensor([0, 0]), torch.zeros(2, dtype=torch.bool))
     for _ in range(4):
         runner.step(stay)
     sums = runner.stats.sums()

@@ -24,8 +24,9 @@ from grpo_trainer.envs import make_envs
 
 # Each config drives another path: the default windowed rollout with snapshots and ended
 # members branching (Fruit Catcher), whole episodes, Gymnasium's numpy CartPole with periodic
-# branching, a KL reference, micro-batches, several trust regions and the foreach optimiser's
-# undo, a Gaussian head with correlated noise and outcome advantages, and a gymnax env.
+# branching, a KL reference (frozen: its refresh, ref_update_every, was removed), micro-batches,
+# several trust regions and the foreach optimiser's undo, a Gaussian head with correlated
+# noise and outcome advantages, and a gymnax env.
 CASES: dict[str, dict[str, Any]] = {
     "fruit_defaults": {"env": "FruitCatcher-v0", "num_groups": 8, "total_env_steps": 40_000},
     "fruit_episodes": {
@@ -42,7 +43,6 @@ CASES: dict[str, dict[str, Any]] = {
         "window": 16,
         "branch_every": 16,
         "kl_coef": 0.1,
-        "ref_update_every": 2,
         "micro_batches": 2,
         "anchor_samples": 256,
         "fused_optimizer": False,
@@ -66,6 +66,12 @@ CASES: dict[str, dict[str, Any]] = {
 }
 UPDATES = 4
 RUN_FIELDS = {"env", "fused_optimizer"}
+# Config fields removed since the reference revision (docs/trainer.md, "Flags decided by
+# measurement"), with the value that does what the code without them does. The configs above
+# leave them there, so an older tree records them at that value (checked): both trees'
+# checkpoint states are digested without them.
+REMOVED = {"warmup_fraction": 0.0, "weight_decay": 0.0, "ref_update_every": 0}
+REMOVED_RUN = {"eval_sampled": False}
 
 
 def _digest(value: Any) -> str:
@@ -95,6 +101,10 @@ def fingerprint(case: dict[str, Any]) -> dict[str, Any]:
     ]
     state = trainer.state_dict()
     state.pop("train_s")
+    for fields, removed in ((state["config"], REMOVED), (state["config"]["run"], REMOVED_RUN)):
+        for name, value in removed.items():
+            if name in fields:
+                assert fields.pop(name) == value, name
     return {
         "policy": _digest(trainer.policy.state_dict()),
         "optimizer": _digest(trainer.optimizer.state_dict()),

@@ -2,10 +2,12 @@
 
 Read `update()` top to bottom for the algorithm. Each piece it calls lives in a module of its
 own: the rollout modes (`rollout/`), advantages and their return estimators
-(`advantages.py`), the loss (`objective.py`), the samples and their trust regions
-(`samples.py`), the optimiser step (`optimizer_step.py`) and the report (`report.py`). What
-ranks share is `base/collective.py`. The run around updates (budget, checkpoints, evaluation,
-logging) is the layer above: `grpo_trainer.run.GRPOTrainer` is this class plus `train()`.
+(`advantages.py`), the loss (`objective.py`), the samples, their trust regions and the
+optimiser step (`optimizer_step.py`), and the policy as the trainer runs it (`policy.py`);
+the update's report, its metrics over all ranks in one host copy, closes this module. What
+ranks share is `base/collective.py`. The run around updates (budget, checkpoints,
+evaluation, logging, reading checkpoint files) is the layer above:
+`grpo_trainer.run.GRPOTrainer` is this class plus `train()` and `load()`.
 """
 
 from __future__ import annotations
@@ -13,28 +15,23 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import logging
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import torch
 
-from grpo_trainer.algorithm.estimators import make_estimator
+from grpo_trainer.algorithm.advantages import Advantages, make_estimator
 from grpo_trainer.algorithm.objective import LossTerms
-from grpo_trainer.algorithm.optimizer_step import OptimizerStep
-from grpo_trainer.algorithm.policy import build_policy
-from grpo_trainer.algorithm.policy_calls import PolicyCalls
-from grpo_trainer.algorithm.report import UpdateResult, update_report
+from grpo_trainer.algorithm.optimizer_step import LossTotals, OptimizerStep, Samples, trust_regions
+from grpo_trainer.algorithm.policy import AutocastPolicy, build_policy
 from grpo_trainer.algorithm.rollout import (
     GroupSeeds,
     Rollout,
     RolloutBuffer,
+    RolloutCheckpoint,
     make_rollout,
-    saved_rollout,
 )
-from grpo_trainer.algorithm.samples import LossTotals, Samples, trust_regions
 from grpo_trainer.base import checkpoint, distributed
 from grpo_trainer.base.accel import (
     Compiled,
@@ -45,15 +42,15 @@ from grpo_trainer.base.accel import (
     should_compile,
 )
 from grpo_trainer.base.clock import Clock
+from grpo_trainer.base.collective import Collective
 from grpo_trainer.base.config import GRPOConfig
-from grpo_trainer.base.metrics import memory_stats
+from grpo_trainer.base.metrics import cross_rank, memory_stats, to_host
 from grpo_trainer.base.schedules import lr_factor
 from grpo_trainer.envs.env_io import EnvIO
-
-log = logging.getLogger(__name__)
+from grpo_trainer.envs.episodes import summarise
 
 # The entries of `GRPO.state_dict()`, and the checkpoint's digest: what a checkpoint holds
-# besides these belongs to the run (`checkpoint_extras`).
+# besides these belongs to the run (`GRPOTrainer.checkpoint_extras`).
 STATE_KEYS = frozenset(
     {
         *("format_version", "config", "spaces", "policy", "reference", "optimizer", "scaler"),
@@ -98,7 +95,7 @@ class GRPO:
         # The hot functions, compiled where it pays (accel.should_compile): sampling one
         # action per sub-env, and one minibatch's loss (the update's forward goes through
         # DDP in a distributed run, so that gradients are averaged; the rollout's does not).
-        calls = PolicyCalls(self.policy, self.reference, cfg, self.amp, self.device)
+        calls = AutocastPolicy(self.policy, self.reference, cfg, self.amp, self.device)
         on = should_compile(run.compile, self.device, cfg.minibatch_size)
         mode = compile_mode(run.compile_mode, self.device)
         self.sample = Compiled(calls.sample, on, "policy sampling", mode)
@@ -108,10 +105,6 @@ class GRPO:
         self.update_index = 0
         self.env_steps = 0
         self.train_s = 0.0
-        # entries of a resumed checkpoint that the run wrote beside these (best.pt's score)
-        self.checkpoint_extras: dict[str, Any] = {}
-        if run.resume:
-            self.load(run.resume)
 
     @property
     def buffer(self) -> RolloutBuffer:
@@ -122,15 +115,17 @@ class GRPO:
     def update(self) -> dict[str, float]:
         """One GRPO update: play, compare each step with its group, optimise. Returns the
         update's metrics (one device-to-host copy)."""
-        return self.agreed_update().metrics
+        return self.update_and_agree_on_stop().metrics
 
-    def agreed_update(self, should_stop: Callable[[], bool] = lambda: False) -> UpdateResult:
-        """`update()` with the stop agreement of a distributed run: `should_stop()`, asked as
-        the metrics are reduced, says whether this rank was signalled; the result says whether
-        any rank was, so that all stop after the same update."""
-        start = Clock(self.device)
+    def update_and_agree_on_stop(
+        self, stop_requested: Callable[[], bool] = lambda: False
+    ) -> UpdateResult:
+        """`update()`, and the stop agreement of a distributed run: `stop_requested()`, asked
+        as the metrics are reduced, says whether this rank was asked to stop; the result says
+        whether any rank was, so that all stop after the same update."""
+        collect_start = Clock(self.device)
         rollout = self.collect()
-        return self.learn(rollout, start, should_stop)
+        return self.learn(rollout, collect_start, stop_requested)
 
     def collect(self) -> Rollout:
         """Play: every sub-env takes `rollout_steps` steps (or plays one episode)."""
@@ -143,11 +138,11 @@ class GRPO:
     def learn(
         self,
         rollout: Rollout,
-        start: Clock | None = None,
-        should_stop: Callable[[], bool] = lambda: False,
+        collect_start: Clock | None = None,
+        stop_requested: Callable[[], bool] = lambda: False,
     ) -> UpdateResult:
         """Compare each step with its group, optimise the clipped surrogate, report."""
-        rolled = Clock(self.device)
+        learn_start = Clock(self.device)
         lr = self._follow_schedules()
 
         # Compare: each step's return against its group's at the same step.
@@ -166,13 +161,14 @@ class GRPO:
         for region in regions:
             part = samples if region is None else self._anchored(samples.rows(region))
             self._optimise(part, totals)
-        done = Clock(self.device)
+        learn_end = Clock(self.device)
 
         # Report: metrics of the whole batch, in one host copy.
         result = update_report(
-            rollout, adv, totals.means(), should_stop(), self.collective, self.env.episode_ratios
+            rollout, adv, totals.means(), stop_requested(), self.collective, self.env.episode_ratios
         )
-        self._advance(result.metrics, lr, rolled - (start or rolled), done - rolled)
+        rollout_s = learn_start - (collect_start or learn_start)
+        self._advance(result.metrics, lr, rollout_s, learn_end - learn_start)
         return result
 
     def _optimise(self, part: Samples, totals: LossTotals) -> None:
@@ -225,13 +221,9 @@ class GRPO:
         return part._replace(old_logp=self.log_prob(part.obs, part.actions))
 
     def _follow_schedules(self) -> float:
-        """Set this update's learning rate; refresh the KL reference when due."""
+        """Set this update's learning rate."""
         cfg = self.config
-        refresh = cfg.ref_update_every and self.update_index % cfg.ref_update_every == 0
-        if self.reference is not None and refresh:
-            self.reference.load_state_dict(self.policy.state_dict())
-        progress = self.env_steps / cfg.total_env_steps
-        lr = cfg.lr * lr_factor(progress, cfg.lr_schedule, cfg.warmup_fraction)
+        lr = cfg.lr * lr_factor(self.env_steps / cfg.total_env_steps, cfg.lr_schedule)
         self.optimizer_step.set_lr(lr)
         return lr
 
@@ -275,29 +267,84 @@ class GRPO:
             "rollouts": self.collective.gather(self.rollout.state_dict()),
         }
 
-    def load(self, path: str | Path) -> Path:
-        """Continue from a checkpoint file or run directory (newest usable checkpoint)."""
-        payload, found = checkpoint.load_for_resume(path)
-        spaces = checkpoint.space_signature(self.env.observation_space, self.env.action_space)
-        checkpoint.check_compatible(payload, found, spaces, self.config.to_dict())
+    def load_state_dict(self, state: dict[str, Any], source: str = "the state") -> None:
+        """Continue from `state_dict()`'s entries (those of a checkpoint the run has read and
+        checked: `GRPOTrainer.load`); `source` names it in errors and warnings."""
         try:
-            copy.deepcopy(self.policy).load_state_dict(payload["policy"])  # nothing half-loaded
-            self.policy.load_state_dict(payload["policy"])
+            copy.deepcopy(self.policy).load_state_dict(state["policy"])  # nothing half-loaded
+            self.policy.load_state_dict(state["policy"])
             if self.reference is not None:  # a run that had no reference starts it from here
-                self.reference.load_state_dict(payload["reference"] or payload["policy"])
-            self.optimizer_step.load_state_dict(payload["optimizer"], payload["scaler"])
+                self.reference.load_state_dict(state["reference"] or state["policy"])
+            self.optimizer_step.load_state_dict(state["optimizer"], state["scaler"])
         except (RuntimeError, ValueError, KeyError) as err:
             raise checkpoint.CheckpointError(
-                f"checkpoint {found} does not fit this network (hidden_sizes, activation or "
+                f"checkpoint {source} does not fit this network (hidden_sizes, activation or "
                 f"action head differ): {err}"
             ) from None
-        self.generator.set_state(payload["generator"])
-        self.update_index = int(payload["update_index"])
-        self.env_steps = int(payload["env_steps"])
-        self.train_s = float(payload.get("train_s", 0.0))
-        self.checkpoint_extras = {k: v for k, v in payload.items() if k not in STATE_KEYS}
-        self.rollout.resume(saved_rollout(payload, self.config, self.collective, found))
-        log.info(
-            "resumed from %s at update %d (%d env steps)", found, self.update_index, self.env_steps
-        )
-        return found
+        self.generator.set_state(state["generator"])
+        self.update_index = int(state["update_index"])
+        self.env_steps = int(state["env_steps"])
+        self.train_s = float(state["train_s"])
+        self.rollout.resume(RolloutCheckpoint.for_rank(state, self.config, self.collective, source))
+
+
+# -- the report --------------------------------------------------------------------------------
+
+
+class UpdateResult(NamedTuple):
+    """What one update reports, on the host."""
+
+    metrics: dict[str, float]
+    stop: bool  # some rank was asked to stop (SIGINT/SIGTERM): every rank stops after this
+
+
+def update_report(
+    rollout: Rollout,
+    adv: Advantages,
+    losses: Mapping[str, torch.Tensor],
+    stop_requested: bool,
+    collective: Collective,
+    ratios: Mapping[str, Any],
+) -> UpdateResult:
+    """The update's metrics over all ranks, copied to the host once (the design's one
+    device-to-host copy per update).
+
+    Episode figures are reduced as sums and only then turned into means, so they are those of
+    the whole batch; an update in which no episode ended reports none.
+    """
+    device = rollout.rewards.device
+    episodes = dict(rollout.episodes)
+    for name in collective.agree_names(list(episodes)):  # fields some rank lacks
+        episodes.setdefault(name, torch.zeros((), dtype=torch.float64, device=device))
+    counts = {
+        "valid_steps": rollout.valid[: rollout.obs.shape[0]].sum(),
+        "zero_spread": adv.zero_spread.sum(),
+        "compared": adv.compared.sum(),
+    }
+    stop = torch.full((), float(stop_requested), device=device)
+    raw = {**episodes, **counts, "length_max": rollout.length_max, **losses, "stop": stop}
+    reduced = collective.reduce(raw, {name: cross_rank(name) for name in raw})
+    metrics = {
+        **summarise(reduced, ratios),
+        **{name: reduced[name] for name in ("episodes", "return_min", "return_max")},
+        "valid_steps": reduced["valid_steps"],
+        "frac_zero_std_groups": reduced["zero_spread"] / reduced["compared"],
+        "length_max": reduced["length_max"],
+        "compared": reduced["compared"],
+        **{name: reduced[name] for name in losses},
+        "stop": reduced["stop"],
+    }
+    host = to_host(metrics)
+    stop_agreed = bool(host.pop("stop"))
+    if not host["episodes"]:  # a mean over no episode is undefined: leave it out
+        for name in per_episode_metrics(host, ratios):
+            del host[name]
+    if not host.pop("compared"):  # no group step to compare (the first rows of a run)
+        del host["frac_zero_std_groups"]
+    return UpdateResult(host, stop_agreed)
+
+
+def per_episode_metrics(metrics: Mapping[str, float], ratios: Mapping[str, Any]) -> list[str]:
+    """The metrics that are means or extremes over the update's ended episodes."""
+    fixed = ("return_mean", "return_std", "return_min", "return_max", "length_mean")
+    return [n for n in metrics if n in fixed or n.startswith("episode_") or n in ratios]

@@ -1,5 +1,7 @@
-"""One optimiser step per minibatch: backward (scaled under fp16 AMP), clip, apply, and skip
-where the loss or a gradient is not finite, decided on the device.
+"""What `learn()` optimises and how: an update's samples as named columns (`Samples`), its
+trust regions, one optimiser step per minibatch (`OptimizerStep`: backward, scaled under fp16
+AMP, clip, apply, and a skip where the loss or a gradient is not finite, decided on the
+device), and the sums over an update's steps (`LossTotals`).
 
 A non-finite step must not reach the weights, and asking the host whether it is finite would
 stall a GPU once per minibatch. So the verdict stays a tensor: the fused optimizer takes it as
@@ -10,14 +12,83 @@ step is taken and then undone where the verdict says so.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
+from grpo_trainer.algorithm.advantages import Advantages
+from grpo_trainer.algorithm.objective import LossTerms
+from grpo_trainer.algorithm.rollout import Rollout
 from grpo_trainer.base.accel import make_optimizer
 from grpo_trainer.base.collective import Collective
 from grpo_trainer.base.config import GRPOConfig
+
+
+class Samples(NamedTuple):
+    """One entry per trained env step, flattened over rows and sub-envs."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    old_logp: torch.Tensor  # the behaviour policy's log-prob: the anchor of the clipped ratio
+    advantages: torch.Tensor
+    weights: torch.Tensor  # 1 for valid samples of group steps with spread, else 0
+    valid: torch.Tensor  # 1 where the step belongs to an episode that counts
+
+    @classmethod
+    def of(cls, rollout: Rollout, old_logp: torch.Tensor, adv: Advantages) -> Samples:
+        valid = rollout.valid[: rollout.obs.shape[0]].to(adv.weights.dtype)
+        columns = (rollout.obs, rollout.actions, old_logp, adv.advantages, adv.weights, valid)
+        return cls(*(t.flatten(0, 1) for t in columns))
+
+    @property
+    def size(self) -> int:
+        return self.obs.shape[0]
+
+    def rows(self, index: torch.Tensor) -> Samples:
+        """The samples at `index` (index_select, not x[index]: the same rows, faster on the
+        CPU; docs/performance.md, "Figures the code relies on")."""
+        return Samples(*(t.index_select(0, index) for t in self))
+
+
+def trust_regions(
+    samples: int, anchor_samples: int | None, generator: torch.Generator, device: torch.device
+) -> list[torch.Tensor | None]:
+    """The batch's samples split at random into parts of about `anchor_samples`, each
+    optimised from an anchor of its own; `[None]`: the whole batch, from one anchor.
+
+    PPO's clip bounds how far one anchor lets the policy move, so a batch many times the
+    default's would otherwise buy no more progress per update than the default:
+    re-anchoring every `anchor_samples` keeps the policy's progress per sample the same at
+    any batch size.
+    """
+    parts = 1 if anchor_samples is None else -(-samples // anchor_samples)
+    if parts == 1:
+        return [None]
+    order = torch.randperm(samples, generator=generator, device=device)
+    return list(order.tensor_split(parts))
+
+
+class LossTotals:
+    """Sums over an update's optimiser steps, on the device: each loss term, the gradient
+    norm, and the steps skipped for a non-finite loss or gradient."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.terms = torch.zeros(len(LossTerms._fields), device=device)
+        self.grad_norm = torch.zeros((), device=device)
+        self.skipped = torch.zeros((), device=device)
+        self.steps = 0
+
+    def add(self, terms: torch.Tensor, grad_norm: torch.Tensor, finite: torch.Tensor) -> None:
+        self.terms += terms
+        self.grad_norm += grad_norm
+        self.skipped += (~finite).float()
+        self.steps += 1
+
+    def means(self) -> dict[str, torch.Tensor]:
+        """Each term's and the gradient norm's mean over the steps; `skipped_steps` a count."""
+        means = dict(zip(LossTerms._fields, self.terms / self.steps, strict=True))
+        return {**means, "grad_norm": self.grad_norm / self.steps, "skipped_steps": self.skipped}
 
 
 class OptimizerStep:
@@ -29,7 +100,7 @@ class OptimizerStep:
         self.policy, self.collective = policy, collective
         self.max_grad_norm = config.max_grad_norm
         self.optimizer, self.fused = make_optimizer(
-            policy.parameters(), config.lr, config.weight_decay, config.run.fused_optimizer
+            policy.parameters(), config.lr, config.run.fused_optimizer
         )
         self.scaler = torch.amp.GradScaler("cuda") if amp == "fp16" else None
 

@@ -6,6 +6,8 @@ Every head has one interface, so the rollout and the loss never branch on the ac
 * `sample(params, noise)` -> `(action, logp)`, `greedy(params)` -> action;
 * `log_prob_entropy(params, action)` -> `(logp, entropy)`;
 * `to_env(action)` turns a stored action into what the env expects (e.g. clipped to bounds).
+
+`AutocastPolicy` is the policy as the trainer runs it: sampling, scoring and the loss.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from grpo_trainer.algorithm.objective import LossTerms, grpo_loss
+from grpo_trainer.base.accel import autocast
 from grpo_trainer.base.config import GRPOConfig
 
 
@@ -209,10 +213,10 @@ class GaussianHead(ActionHead):
 class _SigmoidTanh(torch.autograd.Function):
     """tanh(x) as 2 sigmoid(2x) - 1, with tanh's own backward, grad * (1 - y^2).
 
-    Why: on the x86 CPUs we measured, ATen's float32 `tanh` kernel costs about 10x its
-    `sigmoid` (2.4 vs 0.25 ns per element), and the two hidden tanh layers then cost more
-    than the matmuls around them. The identity is exact in real arithmetic; in float32 the
-    result stays within 2.4e-7 of `torch.tanh`, inside [-1, 1]. See docs/performance.md.
+    Why: on x86 CPUs ATen's float32 `tanh` kernel costs several times its `sigmoid`, so the
+    two hidden tanh layers would cost more than the matmuls around them (docs/performance.md,
+    "Figures the code relies on"). The identity is exact in real arithmetic; in float32 the
+    result stays within a few ulps of `torch.tanh`, inside [-1, 1] (tests/test_policy.py).
     """
 
     @staticmethod
@@ -231,8 +235,8 @@ class _SigmoidTanh(torch.autograd.Function):
 
 
 class Tanh(nn.Module):
-    """Drop-in for `nn.Tanh` (no parameters, so checkpoints are unchanged), several times
-    faster on the CPU: see `_SigmoidTanh`."""
+    """Drop-in for `nn.Tanh` (no parameters, so checkpoints are unchanged), faster on the
+    CPU: see `_SigmoidTanh`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _SigmoidTanh.apply(x)
@@ -360,3 +364,66 @@ def build_policy(
         config.activation,
         config.cnn_channels,
     )
+
+
+class AutocastPolicy:
+    """`policy` (and the KL `reference`, if any) as the rollout and the update call it, under
+    the run's autocast: sampling actions in a rollout, scoring stored actions (the anchor of a
+    clipped ratio), and one minibatch's loss. The trainer compiles the first and the last
+    (`accel.Compiled`)."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        reference: Policy | None,
+        config: GRPOConfig,
+        amp: str,
+        device: torch.device,
+    ) -> None:
+        self.policy, self.reference, self.config = policy, reference, config
+        self.amp, self.device = amp, device
+
+    def sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One action per observation and its log-prob, from the given noise."""
+        with autocast(self.amp, self.device):
+            return self.policy.sample(obs, noise)
+
+    @torch.no_grad()
+    def log_prob(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """The current policy's float32 log-probs of `actions`: the anchor of a clipped ratio."""
+        with autocast(self.amp, self.device):
+            logp, _ = self.policy.log_prob_entropy(obs, actions)
+        return logp.float()
+
+    def loss(
+        self,
+        log_prob_entropy: Any,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        weights: torch.Tensor,
+        normaliser: torch.Tensor,
+    ) -> LossTerms:
+        """One minibatch's loss terms; `log_prob_entropy` is the policy's forward (through
+        DDP in a distributed run, so that gradients are averaged over ranks)."""
+        cfg = self.config
+        with autocast(self.amp, self.device):
+            logp, entropy = log_prob_entropy(obs, actions)
+            ref_logp = None
+            if self.reference is not None:
+                with torch.no_grad():
+                    ref_logp, _ = self.reference.log_prob_entropy(obs, actions)
+        return grpo_loss(
+            logp,
+            old_logp,
+            advantages,
+            weights,
+            entropy,
+            ref_logp,
+            normaliser=normaliser,
+            clip_low=cfg.clip_low,
+            clip_high=cfg.clip_high,
+            kl_coef=cfg.kl_coef,
+            entropy_coef=cfg.entropy_coef,
+        )

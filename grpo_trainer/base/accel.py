@@ -22,6 +22,10 @@ def resolve_device(name: str) -> torch.device:
 
     "meta" is accepted as a test device: tensors with shapes and no data, so a hot path run on
     it fails on any tensor made on the CPU by mistake and on any host read of a value.
+
+    The reference is `fruit_env.inputs.resolve_device` (which also takes mps and xpu, and no
+    "auto"); grpo_trainer never imports fruit_env, so this is a copy, and
+    tests/test_shared_concepts.py keeps the two in agreement on the names both take.
     """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -89,8 +93,8 @@ def compile_mode(mode: str, device: torch.device) -> str:
 
 def resolve_amp(amp: str, device: torch.device) -> str:
     """The AMP mode to use, refusing what the device cannot run. No mode is on by default:
-    bf16 did not pay on the CPU (it ran 1.3x more env steps per second but needed as many more
-    steps to learn, docs/trainer.md), and on a GPU it has not been measured yet."""
+    bf16 did not pay on the CPU (its faster steps were spent on as many more steps to learn,
+    docs/trainer.md), and on a GPU it has not been measured yet."""
     check_amp(amp, device)
     return amp
 
@@ -115,21 +119,23 @@ def check_amp(amp: str, device: torch.device) -> None:
 
 
 def make_optimizer(
-    params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float, fused: bool
+    params: Iterable[torch.nn.Parameter], lr: float, fused: bool
 ) -> tuple[torch.optim.AdamW, bool]:
-    """AdamW, fused where supported (one kernel per step, and device-side step skipping)."""
+    """AdamW, fused where supported (one kernel per step, and device-side step skipping),
+    without weight decay: it did not help (docs/trainer.md, "Flags decided by measurement"),
+    and AdamW's own default is 0.01."""
     params = list(params)
     if fused and params[0].device.type not in ("cpu", "cuda"):
         log.info("fused AdamW runs on the CPU and CUDA, not %s; using foreach", params[0].device)
         fused = False
     if fused:
         try:
-            return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True), True
+            return torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=True), True
         except (RuntimeError, ValueError) as err:
             log.info("fused AdamW unavailable (%s); using foreach", err)
     # capturable: the step count lives on the GPU, so that a skipped step can be undone there
     capturable = params[0].device.type == "cuda"
     foreach = torch.optim.AdamW(
-        params, lr=lr, weight_decay=weight_decay, foreach=True, capturable=capturable
+        params, lr=lr, weight_decay=0.0, foreach=True, capturable=capturable
     )
     return foreach, False

@@ -29,7 +29,6 @@ import torch
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 3  # 2: adds the "sha256" digest; 3: windowed rollouts' state, train_s
-POLICY_VERSIONS = (2, 3)  # versions whose policy `eval` and `play` can still read
 DIGEST_KEY = "sha256"
 _NUMBERED = re.compile(r"update-(\d+)\.pt$")
 _TEMP = re.compile(r"^\..+\.tmp-(\d+)$")
@@ -229,12 +228,9 @@ def numbered_checkpoints(folder: Path) -> list[Path]:
 # -- loading -----------------------------------------------------------------------------------
 
 
-def load(path: Path | str, *, any_version: bool = False) -> dict[str, Any]:
-    """Load one checkpoint safely and verify its digest, or raise `CheckpointError` saying why.
-
-    `any_version`: also accept the older formats whose policy can be read (`POLICY_VERSIONS`),
-    for eval and play; resuming needs the current format.
-    """
+def load(path: Path | str) -> dict[str, Any]:
+    """Load one checkpoint safely and verify its digest, or raise `CheckpointError` saying why
+    (another format version included)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
@@ -247,12 +243,10 @@ def load(path: Path | str, *, any_version: bool = False) -> dict[str, Any]:
         ) from None
     if not isinstance(payload, dict) or "format_version" not in payload:
         raise CheckpointError(f"checkpoint {path} is not a grpo_trainer checkpoint")
-    accepted = POLICY_VERSIONS if any_version else (FORMAT_VERSION,)
-    if payload["format_version"] not in accepted:
+    if payload["format_version"] != FORMAT_VERSION:
         raise CheckpointError(
             f"checkpoint {path} has format version {payload['format_version']!r}; "
-            f"this grpo_trainer {'reads' if any_version else 'resumes'} version(s) "
-            f"{', '.join(map(str, accepted))}"
+            f"this grpo_trainer reads version {FORMAT_VERSION}"
         )
     recorded = payload.get(DIGEST_KEY)
     actual = payload_digest(payload)

@@ -14,7 +14,6 @@ import math
 import os
 import types
 import typing
-import warnings
 from typing import Any, Literal, get_args, get_origin
 
 # The batch a run gets by default follows its budget (docs/trainer.md, "Defaults that
@@ -150,7 +149,6 @@ class RunConfig:
         250_000, "env steps between evaluations during training, on separate envs (0: none)"
     )
     eval_episodes: int = _field(1000, "episodes per evaluation, played with greedy actions")
-    eval_sampled: bool = _field(False, "also evaluate with sampled actions (eval_sampled_*)")
     target: str | None = _field(
         None,
         "stop when an evaluation reaches NAME=VALUE, NAME 'return' or a ratio the env "
@@ -173,7 +171,7 @@ class RunConfig:
         _check_int(self, "seed", minimum=0)
         if self.seed >= 2**63:
             raise ValueError(f"seed must be below 2**63, got {self.seed}")
-        for name in ("fused_optimizer", "progress", "tensorboard", "eval_sampled", "wandb"):
+        for name in ("fused_optimizer", "progress", "tensorboard", "wandb"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("run_dir", "resume"):
@@ -299,7 +297,6 @@ class GRPOConfig:
     )
     micro_batches: int = _field(1, "gradient accumulation inside each minibatch")
     kl_coef: float = _field(0.0, "weight of the k3 KL to a frozen reference policy")
-    ref_update_every: int = _field(0, "refresh the KL reference every K updates (0: never)")
     entropy_coef: float = _field(0.01, "weight of the entropy bonus")
     max_grad_norm: float = _field(1.0, "clip the global gradient norm to this")
     lr: float | None = _field(
@@ -308,8 +305,6 @@ class GRPOConfig:
     lr_schedule: Schedule = _field(
         "linear", "learning-rate schedule over the env-step budget: constant, linear, cosine"
     )
-    warmup_fraction: float = _field(0.0, "fraction of the budget spent warming the rate up")
-    weight_decay: float = _field(0.0, "AdamW weight decay")
     # -- policy network --
     hidden_sizes: tuple[int, ...] = _field((64, 64), "widths of the MLP's hidden layers")
     activation: Activation = _field("relu", "activation of the hidden layers: relu or tanh")
@@ -361,7 +356,6 @@ class GRPOConfig:
             _check_int(self, "epochs", minimum=1)
         if self.anchor_samples is not None:
             _check_int(self, "anchor_samples", minimum=1)
-        _check_int(self, "ref_update_every", minimum=0)
         _check_choice(self, "rollout", RolloutMode)
         _check_choice(self, "advantage", AdvantageMode)
         _check_choice(self, "scale", ScaleMode)
@@ -378,8 +372,6 @@ class GRPOConfig:
         _check_float(self, "entropy_coef", 0.0, math.inf)
         _check_float(self, "max_grad_norm", 0.0, math.inf, low_open=True)
         _check_float(self, "lr", 0.0, math.inf, low_open=True)
-        _check_float(self, "warmup_fraction", 0.0, 1.0, high_open=True)
-        _check_float(self, "weight_decay", 0.0, math.inf)
         if not isinstance(self.branch_ended, bool):
             raise ValueError(f"branch_ended must be true or false, got {self.branch_ended!r}")
         for name in ("hidden_sizes", "cnn_channels"):
@@ -402,11 +394,6 @@ class GRPOConfig:
     def num_envs(self) -> int:
         assert self.num_groups is not None  # resolved in __post_init__
         return self.num_groups * self.group_size
-
-    @property
-    def steps_per_update(self) -> int:
-        """Windowed: the rollout length."""
-        return self.rollout_steps
 
     def for_episode_limit(self, episode_limit: int | None) -> GRPOConfig:
         """This config with `window` (and with it `gamma` and `epochs`) set from the env's
@@ -442,23 +429,13 @@ class GRPOConfig:
         return {**self.to_dict(), **dict.fromkeys(self._derived)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, strict: bool = True) -> GRPOConfig:
+    def from_dict(cls, data: dict[str, Any]) -> GRPOConfig:
         """Rebuild from `to_dict()` or `inputs()` output, or a `config.json`; fields it lacks
-        take their defaults, unknown fields raise `ValueError`.
-
-        A `config.json` names the fields its run derived (`_derived`): they are derived again
-        here rather than taken as given. A field that an earlier version had (`RETIRED`)
-        raises with what replaced it; with `strict=False` (reading an old checkpoint's
-        network, for eval) it is dropped with a warning instead.
-        """
+        take their defaults, unknown fields raise `ValueError`. A `config.json` names the
+        fields its run derived (`_derived`): they are derived again here rather than taken
+        as given."""
         data = without_derived(data)
         run = dict(data.pop("run", {}))
-        for fields in (data, run):
-            for name in [n for n in fields if n in RETIRED]:
-                if strict:
-                    raise ValueError(f"{name}: {RETIRED[name]}")
-                warnings.warn(f"ignoring {name}: {RETIRED[name]}", RuntimeWarning, stacklevel=2)
-                del fields[name]
         _reject_unknown(cls, data)
         _reject_unknown(RunConfig, run)
         return cls(**data, run=RunConfig(**run))
@@ -471,15 +448,6 @@ def without_derived(data: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(derived, list) or not set(derived) <= set(DERIVED_FIELDS):
         raise ValueError(f"_derived must list fields among {list(DERIVED_FIELDS)}, got {derived!r}")
     return {k: v for k, v in data.items() if k not in ("_help", "_derived", *derived)}
-
-
-# Fields of earlier versions, and what took their place (named in the error a config gets).
-RETIRED = {
-    "minibatches": (
-        "retired; minibatches are now sized in samples: set minibatch_size (the old default, "
-        "8 minibatches of 128 envs x 200 steps, was about 3200 samples)"
-    ),
-}
 
 
 def parse_target(text: str) -> tuple[str, float]:

@@ -136,9 +136,6 @@ METRICS: dict[str, Metric] = {
         "eval_episode_<field>",
         "{:.4g}",
     ),
-    "eval_sampled_<metric>": Metric(
-        "host", "the same figures with sampled actions (eval_sampled)", "{:.4g}"
-    ),
     "eval_score": Metric(
         "host",
         "what picks best.pt and meets the target: the env's first declared ratio "
@@ -181,8 +178,6 @@ def spec(name: str, ratios: Mapping[str, Any] | None = None) -> Metric:
     """The declaration of `name` (`episode_*` and the env's ratios by their pattern)."""
     if name in METRICS:
         return METRICS[name]
-    if name.startswith("eval_sampled_"):
-        return METRICS["eval_sampled_<metric>"]
     if name.startswith("eval_"):
         own = name.removeprefix("eval_")
         return METRICS["eval_<ratio>" if ratios and own in ratios else "eval_<metric>"]

@@ -117,9 +117,9 @@ def jax_cache_dir() -> Path:
 def keep_compiled_functions() -> None:
     """Turn on JAX's persistent compilation cache, unless the user configured one.
 
-    A gymnax env's step, reset and state copies compile in about 2.6 s on one CPU core
-    (CartPole), which on a short run is most of its training time; a later process loads
-    them from the cache in a fraction of that. JAX keys each entry by the computation, its
+    A gymnax env's step, reset and state copies take seconds to compile, which on a short
+    run is most of its training time (docs/integrations.md); a later process loads them
+    from the cache in a fraction of that. JAX keys each entry by the computation, its
     version, flags and device, so an entry is only reused where it is the same program.
     Set `JAX_COMPILATION_CACHE_DIR` (or `jax_compilation_cache_dir`) to use another folder;
     the setting takes effect only before JAX compiles its first function in the process.

@@ -25,6 +25,11 @@ class EpisodeStats:
 
     Values are kept per sub-env (a sub-env ends few episodes between reads) and summed in
     float64 when read, so long runs of sums lose no precision.
+
+    An episode's return and length mean what `fruit_env.wrappers.TorchEpisodeStatistics`
+    (Gymnasium's `RecordEpisodeStatistics` on the device) records, the reference: this is
+    the trainer's reducer over them, and tests/test_shared_concepts.py checks that the two
+    see the same episodes.
     """
 
     def __init__(self, num_envs: int, device: torch.device) -> None:
@@ -125,11 +130,11 @@ class EpisodeRunner:
 
     A sub-env is *alive* while the episode it started counts. When it ends (terminated,
     truncated, or `max_episode_steps` reached) the episode is added to `stats` and the
-    sub-env stays out until the caller starts it again (`revive`).
+    sub-env stays out until the caller starts it again (`begin_episodes`).
 
-    A sub-env that took over another's state (`follow`, a branch) plays on from the middle of
-    that one's episode: its end is not counted as an episode, so the statistics are those of
-    episodes played from their start, each once (`own` marks them).
+    A sub-env that took over another's state (`branch_from`) plays on from the middle of that
+    one's episode: its end is not counted as an episode, so the statistics are those of
+    episodes played from their start, each once (`from_start` marks them).
     """
 
     def __init__(self, env: EnvIO, max_episode_steps: int | None = None) -> None:
@@ -139,26 +144,26 @@ class EpisodeRunner:
         self.alive = torch.zeros(n, dtype=torch.bool, device=device)
         self.returns = torch.zeros(n, device=device)
         self.lengths = torch.zeros(n, device=device)
-        self.own = torch.ones(n, dtype=torch.bool, device=device)  # played from its start
+        self.from_start = torch.ones(n, dtype=torch.bool, device=device)
 
-    def revive(self, mask: torch.Tensor | None = None) -> None:
+    def begin_episodes(self, mask: torch.Tensor | None = None) -> None:
         """Sub-envs in `mask` (all when None) start counting a new episode."""
         if mask is None:
             self.alive.fill_(True)
-            self.own.fill_(True)
+            self.from_start.fill_(True)
             self.returns.zero_()
             self.lengths.zero_()
             return
         self.alive |= mask
-        self.own |= mask
+        self.from_start |= mask
         self.returns.masked_fill_(mask, 0.0)
         self.lengths.masked_fill_(mask, 0.0)
 
-    def follow(self, source: torch.Tensor, fresh: torch.Tensor) -> None:
+    def branch_from(self, source: torch.Tensor, fresh: torch.Tensor) -> None:
         """Sub-env `b` now plays what sub-env `source[b]` played (a branch), or, where
         `fresh`, a new episode from its start."""
         self.alive = self.alive.index_select(0, source) | fresh
-        self.own = (self.own & (source == self.env.indices)) | fresh
+        self.from_start = (self.from_start & (source == self.env.indices)) | fresh
         self.returns = self.returns.index_select(0, source).masked_fill_(fresh, 0.0)
         self.lengths = self.lengths.index_select(0, source).masked_fill_(fresh, 0.0)
 
@@ -173,7 +178,7 @@ class EpisodeRunner:
         if self.limit is not None:
             done = done | (self.lengths >= self.limit)
         ended = alive & done
-        self.stats.add(ended & self.own, self.returns, self.lengths, step.episode)
+        self.stats.add(ended & self.from_start, self.returns, self.lengths, step.episode)
         self.alive = alive & ~done
         return RunnerStep(step, reward, alive, ended)
 
@@ -205,7 +210,7 @@ def play_until_ended(
     ends as soon as every episode has ended). Returns the number of steps played.
     """
     runner.alive.fill_(False)
-    runner.revive(counted)
+    runner.begin_episodes(counted)
     for t in range(steps):
         step = runner.step(act(t, obs))
         if on_step is not None:

@@ -17,13 +17,13 @@ crosses to torch through DLPack without a copy: the observations as they are, an
 reward, terminated and truncated flags together as one `(N, 3)` float32 array, so a step
 costs two hand-overs instead of four. Actions go in through DLPack on a GPU, and as a numpy
 view on the CPU, where the compiled call's copy costs less than JAX's DLPack import
-(`torch_to_jax`). The final observation is a second full observation
-array per step (on MinAtar it doubled the step's time): `final_obs=False`, one of the
-trainer's fast options (it never reads it), compiles a step without it.
+(`torch_to_jax`). The final observation is a second full observation array per step, as
+large as the step's own output: `final_obs=False`, one of the trainer's fast options (it
+never reads it), compiles a step without it.
 
 Why not gymnax's `GymnaxToVectorGymWrapper` + Gymnasium's `JaxToTorch`: they take one seed
-for all sub-envs, offer no snapshots, and convert every output on its own; the trainer ran
-gymnax CartPole 2.8x slower through them than Gymnasium's numpy CartPole (docs/integrations.md).
+for all sub-envs, offer no snapshots, and convert every output on its own, so the trainer
+ran gymnax CartPole slower through them than Gymnasium's numpy CartPole (docs/integrations.md).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-__all__ = ["GymnaxVectorEnv", "jax_device"]
+__all__ = ["GymnaxVectorEnv", "JaxInputs", "jax_device"]
 
 
 def jax_device(device: torch.device) -> Any:
@@ -74,10 +74,10 @@ def _dlpack(x: torch.Tensor) -> jax.Array:
 
 def torch_to_jax(device: torch.device) -> Callable[[torch.Tensor], Any]:
     """How torch tensors enter JAX on `device`, chosen once. On a GPU through DLPack, without
-    a copy. On the CPU as a numpy view, which a jit-compiled call copies in: importing a
-    DLPack capsule costs JAX about 130 us whatever its size, the copy of 4096 actions 40 us,
-    and a step of 4096 CartPoles about 400 us. What comes out of JAX goes to torch through
-    DLPack on either device, without a copy."""
+    a copy. On the CPU as a numpy view, which a jit-compiled call copies in: JAX's import of
+    a DLPack capsule has a fixed cost, larger than that copy at the batch sizes the trainer
+    runs (docs/integrations.md). What comes out of JAX goes to torch through DLPack on
+    either device, without a copy."""
     return _numpy_view if device.type == "cpu" else _dlpack
 
 
@@ -115,14 +115,12 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         self.env, self.params, self.num_envs = env, params, num_envs
         self.device = torch.device(device)
-        self._jax_device = jax_device(self.device)
-        self._from_torch = torch_to_jax(self.device)
         self.check_actions = check_actions
         self.single_observation_space = gymnasium_space(env.observation_space(params))
         self.single_action_space = gymnasium_space(env.action_space(params))
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
-        self._action_dtype = jnp.int32 if self._discrete else jnp.float32
+        self._inputs = JaxInputs(num_envs, self.device, self.single_action_space)
         limit = getattr(params, "max_steps_in_episode", None)
         self.max_episode_steps = int(limit) if limit is not None else None
         mode = AutoresetMode.SAME_STEP if autoreset else AutoresetMode.DISABLED
@@ -149,10 +147,6 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         self._gather_fn = jax.jit(_gather)
         self._scatter_fn = jax.jit(_scatter)
 
-    @property
-    def _discrete(self) -> bool:
-        return isinstance(self.single_action_space, gym.spaces.Discrete)
-
     # -- the compiled functions ------------------------------------------------------------
 
     def _compiled_step(self, state: Any, keys: jax.Array, action: jax.Array) -> Any:
@@ -161,7 +155,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         split = jax.vmap(jax.random.split)(keys)
         step = jax.vmap(self.env.step, in_axes=(0, 0, 0, None))
         obs, state, reward, terminated, truncated, info = step(
-            split[:, 1], state, action.astype(self._action_dtype), self.params
+            split[:, 1], state, action.astype(self._inputs.action_dtype), self.params
         )
         flags = jnp.stack([reward, terminated, truncated], axis=1).astype(jnp.float32)
         final = {"final_obs": info["final_observation"].astype(jnp.float32)}
@@ -180,7 +174,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         split = jax.vmap(jax.random.split)(keys)
         step = jax.vmap(self.env.step_env, in_axes=(0, 0, 0, None))
         obs, state, reward, terminated, _ = step(
-            split[:, 1], state, action.astype(self._action_dtype), self.params
+            split[:, 1], state, action.astype(self._inputs.action_dtype), self.params
         )
         truncated = jax.vmap(self.env.is_truncated, in_axes=(0, None))(state, self.params)
         flags = jnp.stack([reward, terminated, truncated], axis=1)
@@ -216,13 +210,13 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         mask = (options or {}).get("reset_mask")
         if mask is not None and self._state is None:
             raise RuntimeError("the first reset() resets every sub-env: it takes no reset_mask")
-        seeds = self._seeds(seed)
+        seeds = self._inputs.seeds(seed, first=self._state is None)
         if self._state is None:  # what the first reset replaces: zeros of the state's shapes
             # (numpy's: a jnp.zeros per leaf would compile a small function per leaf)
             self._state, self._keys, self._obs = jax.tree.map(
                 lambda leaf: np.zeros(leaf.shape, leaf.dtype), self._shapes
             )
-        mask_j = jnp.ones(self.num_envs, jnp.bool_) if mask is None else self._mask(mask)
+        mask_j = jnp.ones(self.num_envs, jnp.bool_) if mask is None else self._inputs.mask(mask)
         self._state, self._keys, self._obs = self._reset_fn(
             self._state, self._keys, self._obs, mask_j, seeds
         )
@@ -233,7 +227,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         if self._state is None:
             raise RuntimeError("call reset() before step()")
-        actions = self._actions(actions)
+        actions = self._inputs.actions(actions, self.check_actions)
         self._state, self._keys, self._obs, flags, info = self._step_fn(
             self._state, self._keys, actions
         )
@@ -249,7 +243,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         key, latest observation, then the leaves of gymnax's state, as torch tensors."""
         if self._state is None:
             raise RuntimeError("call reset() before snapshot_state()")
-        rows = self._gather_fn((self._keys, self._obs, self._state), self._index(index))
+        rows = self._gather_fn((self._keys, self._obs, self._state), self._inputs.index(index))
         return tuple(torch.from_dlpack(leaf) for leaf in jax.tree.leaves(rows))
 
     def restore_state(self, index: Any, snapshot: Sequence[Any]) -> None:
@@ -257,7 +251,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         snapshot's source would have (its key chain travels with it)."""
         if self._state is None:
             raise RuntimeError("call reset() before restore_state()")
-        index_j = self._index(index)
+        index_j = self._inputs.index(index)
         tree = (self._keys, self._obs, self._state)
         leaves, treedef = jax.tree.flatten(tree)
         if not isinstance(snapshot, (tuple, list)) or len(snapshot) != len(leaves):
@@ -268,7 +262,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         rows = []
         for i, (leaf, row) in enumerate(zip(leaves, snapshot, strict=True)):
             row_j = (
-                self._from_torch(row.to(self.device))
+                self._inputs.from_torch(row.to(self.device))
                 if isinstance(row, torch.Tensor)
                 else jnp.asarray(row, leaf.dtype)
             )
@@ -282,15 +276,26 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         tree = self._scatter_fn(tree, index_j, jax.tree.unflatten(treedef, rows))
         self._keys, self._obs, self._state = tree
 
-    # -- input coercion ----------------------------------------------------------------------
 
-    def _seeds(self, seed: int | Sequence[int | None] | None) -> jax.Array:
+class JaxInputs:
+    """What callers hand a `GymnaxVectorEnv`, checked and turned into JAX arrays on its
+    device: seeds, reset masks, sub-env indices and actions."""
+
+    def __init__(self, num_envs: int, device: torch.device, action_space: gym.Space) -> None:
+        self.num_envs, self.device, self.action_space = num_envs, device, action_space
+        self.batched_action_space = batch_space(action_space, num_envs)
+        self.jax_device = jax_device(device)
+        self.from_torch = torch_to_jax(device)
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.action_dtype = jnp.int32 if self.discrete else jnp.float32
+
+    def seeds(self, seed: int | Sequence[int | None] | None, first: bool) -> jax.Array:
         """One row per sub-env: (given, low 32 bits, high 32 bits) of its seed, any int in
-        [0, 2**64); a sub-env without one goes on with its key chain (on the first reset,
+        [0, 2**64); a sub-env without one goes on with its key chain (on the `first` reset,
         which has none yet, it draws a random seed)."""
         n = self.num_envs
         if seed is None:
-            if self._state is not None:
+            if not first:
                 return jnp.zeros((n, 3), jnp.uint32)
             seed = secrets.randbelow(2**63)
         if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
@@ -302,64 +307,64 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         for s in per_env:
             if s is not None and not (isinstance(s, (int, np.integer)) and 0 <= s < 2**64):
                 raise ValueError(f"seeds must be ints in [0, 2**64) or None, got {s!r}")
-        if self._state is None:
+        if first:
             per_env = [secrets.randbelow(2**63) if s is None else s for s in per_env]
         rows = [(0, 0, 0) if s is None else (1, int(s) & 0xFFFFFFFF, int(s) >> 32) for s in per_env]
         return jnp.asarray(np.array(rows, np.uint32))
 
-    def _mask(self, mask: Any) -> jax.Array:
+    def mask(self, mask: Any) -> jax.Array:
         if isinstance(mask, torch.Tensor):
             if mask.shape != (self.num_envs,) or mask.dtype != torch.bool:
                 raise ValueError(
                     f"reset_mask must be a ({self.num_envs},) bool tensor, got "
                     f"{mask.dtype} {tuple(mask.shape)}"
                 )
-            return self._from_torch(mask.to(self.device))
+            return self.from_torch(mask.to(self.device))
         array = np.asarray(mask)
         if array.shape != (self.num_envs,) or array.dtype != np.bool_:
             raise ValueError(
                 f"reset_mask must be a ({self.num_envs},) bool array, got {array.dtype} "
                 f"{array.shape}"
             )
-        return jax.device_put(array, self._jax_device)
+        return jax.device_put(array, self.jax_device)
 
-    def _index(self, index: Any) -> jax.Array:
+    def index(self, index: Any) -> jax.Array:
         if isinstance(index, torch.Tensor):
             if index.dim() != 1 or index.dtype.is_floating_point or index.dtype == torch.bool:
                 raise ValueError(
                     f"index must be a 1-D integer tensor, got {index.dtype} {tuple(index.shape)}"
                 )
-            return self._from_torch(index.to(self.device, torch.int32))
+            return self.from_torch(index.to(self.device, torch.int32))
         array = np.asarray(index)
         if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
             raise ValueError(f"index must be a 1-D integer array, got {array.dtype} {array.shape}")
         return jnp.asarray(array, jnp.int32)
 
-    def _actions(self, actions: Any) -> jax.Array:
+    def actions(self, actions: Any, check_range: bool) -> jax.Array:
         """Shape and dtype checked from metadata (free); the range on request (a host read)."""
-        shape = (self.num_envs, *(self.single_action_space.shape or ()))
+        shape = (self.num_envs, *(self.action_space.shape or ()))
         if isinstance(actions, torch.Tensor):
             if tuple(actions.shape) != shape:
                 raise ValueError(f"actions must have shape {shape}, got {tuple(actions.shape)}")
             if actions.device != self.device:
                 raise ValueError(f"actions are on {actions.device}, the env on {self.device}")
-            if self._discrete and (actions.dtype.is_floating_point or actions.dtype == torch.bool):
+            if self.discrete and (actions.dtype.is_floating_point or actions.dtype == torch.bool):
                 raise ValueError(f"discrete actions must be integers, got {actions.dtype}")
-            if self.check_actions:
+            if check_range:
                 self._check_range(actions.detach().cpu().numpy())
-            dtype = torch.int32 if self._discrete else torch.float32
-            return self._from_torch(actions.to(dtype))
+            dtype = torch.int32 if self.discrete else torch.float32
+            return self.from_torch(actions.to(dtype))
         array = np.asarray(actions)
         if array.shape != shape:
             raise ValueError(f"actions must have shape {shape}, got {array.shape}")
-        if self.check_actions:
+        if check_range:
             self._check_range(array)
-        return jax.device_put(array.astype(self._action_dtype), self._jax_device)
+        return jax.device_put(array.astype(self.action_dtype), self.jax_device)
 
     def _check_range(self, actions: np.ndarray) -> None:
-        if not self.action_space.contains(actions.astype(self.action_space.dtype)):
-            space = self.single_action_space
-            raise ValueError(f"actions out of the action space {space}: {actions!r}")
+        space = self.batched_action_space
+        if not space.contains(actions.astype(space.dtype)):
+            raise ValueError(f"actions out of the action space {self.action_space}: {actions!r}")
 
 
 def _where_rows(mask: jax.Array, new: jax.Array, old: jax.Array) -> jax.Array:

@@ -23,16 +23,6 @@ if TYPE_CHECKING:
     from grpo_trainer.base.config import GRPOConfig
     from grpo_trainer.run.target import Target
 
-# What hooks were given before they got a `RunState` (the loop itself), and where each went.
-_HARNESS_ATTRIBUTES = {
-    "trainer": "state.update, state.env_steps, state.config and state.policy",
-    "evaluator": "state.target",
-    "stop_signal": "state.outcome.stop_signal (after the run: trainer.stop_signal)",
-    "stop_reason": "state.outcome.stop_reason (after the run: trainer.stop_reason)",
-    "last_checkpoint": "the path on_checkpoint receives",
-    "callbacks": "nothing: a callback does not see the others",
-}
-
 
 @dataclasses.dataclass
 class Best:
@@ -80,17 +70,6 @@ class RunState:
         alike, as the loop's and the evaluation's are; a callback that decides on its own
         rank asks with `request_stop`, which every rank agrees on first."""
         self.outcome = dataclasses.replace(self.outcome, **outcome)
-
-    def __getattr__(self, name: str) -> Any:
-        """A callback written for the hooks' old argument, the loop itself, is told what
-        replaced the attribute it asked for, rather than only that it is missing."""
-        if name in _HARNESS_ATTRIBUTES:
-            raise AttributeError(
-                f"callback hooks now receive a RunState, not the training loop: "
-                f"`harness.{name}` is gone; use {_HARNESS_ATTRIBUTES[name]} "
-                "(grpo_trainer.run.callbacks)"
-            )
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 class Callback:

@@ -32,8 +32,8 @@ def load_policy(
     checkpoint's own env): other spaces or another network are refused, naming each
     difference, as `--resume` does.
     """
-    payload = checkpoint.load(path, any_version=True)
-    config = GRPOConfig.from_dict(payload["config"], strict=False)
+    payload = checkpoint.load(path)
+    config = GRPOConfig.from_dict(payload["config"])
     own = envs is None
     envs = envs if envs is not None else make_envs(config, 1, device)
     try:

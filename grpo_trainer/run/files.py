@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,11 +27,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def resumed_best(trainer: GRPO) -> Best:
-    """The best score the resumed checkpoint recorded (older files called it best_return)."""
-    saved = trainer.checkpoint_extras
-    score = saved.get("best_score", saved.get("best_return", -math.inf))
-    return Best(float(score), str(saved.get("best_by", "return_mean")))
+def resumed_best(extras: Mapping[str, Any]) -> Best:
+    """The best score a resumed checkpoint recorded beside the trainer's state (`extras`)."""
+    score = extras.get("best_score", -math.inf)
+    return Best(float(score), str(extras.get("best_by", "return_mean")))
 
 
 class RunFiles(Callback):

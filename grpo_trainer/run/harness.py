@@ -1,4 +1,4 @@
-"""The run: a loop around `GRPO.agreed_update`, with every service a callback.
+"""The run: a loop around `GRPO.update_and_agree_on_stop`, with every service a callback.
 
 `Harness.run` updates until the env-step budget is spent. After each update every callback's
 `on_update` sees the update's metrics, in this order: evaluation during training
@@ -22,8 +22,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from grpo_trainer.run.callbacks import Callback, RunOutcome, RunState
-from grpo_trainer.run.files import RunFiles, resumed_best
+from grpo_trainer.run.callbacks import Best, Callback, RunOutcome, RunState
+from grpo_trainer.run.files import RunFiles
 from grpo_trainer.run.periodic_eval import Evaluation
 from grpo_trainer.run.progress import ConsoleProgress
 
@@ -47,7 +47,9 @@ class Harness:
         trainer: GRPO,
         callbacks: Sequence[Callback] = (),
         eval_envs: gym.vector.VectorEnv | None = None,
+        best: Best | None = None,
     ) -> None:
+        """`best`: the best score so far (a resumed checkpoint's), else none yet."""
         self.trainer = trainer
         run, is_main = trainer.config.run, trainer.collective.is_main
         self._start = time.perf_counter()
@@ -70,7 +72,7 @@ class Harness:
             self.evaluation.target,
             trainer.update_index,
             trainer.env_steps,
-            resumed_best(trainer),
+            best or Best(),
         )
         self.signal_received: str | None = None  # SIGINT/SIGTERM here, until ranks agree
 
@@ -111,8 +113,8 @@ class Harness:
     def _update(self) -> dict[str, float]:
         """One update; every rank learns from its reduction whether some rank asked to stop."""
         state = self.state
-        result = self.trainer.agreed_update(
-            should_stop=lambda: bool(self.signal_received or state.stop_requested)
+        result = self.trainer.update_and_agree_on_stop(
+            stop_requested=lambda: bool(self.signal_received or state.stop_requested)
         )
         state.update, state.env_steps = self.trainer.update_index, self.trainer.env_steps
         if result.stop and state.stop_requested and not self.signal_received:

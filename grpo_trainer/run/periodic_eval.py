@@ -1,10 +1,10 @@
 """Evaluation during training: the score that picks `best.pt` and decides the target.
 
 Every `eval_every` env steps the current policy plays `eval_episodes` whole episodes with
-greedy actions (and, with `eval_sampled`, as many with sampled ones) on envs of its own, so
-training's episodes in play are untouched. The training return is a poor guide for these
-decisions: it mixes episodes played by several policies and exploration noise. The score is
-the env's first declared ratio (Fruit Catcher: `catch_rate`), else the mean return.
+greedy actions on envs of its own, so training's episodes in play are untouched. The
+training return is a poor guide for these decisions: it mixes episodes played by several
+policies and exploration noise. The score is the env's first declared ratio (Fruit Catcher:
+`catch_rate`), else the mean return.
 
 A target comes from `--target NAME=VALUE` (the run stops when an evaluation reaches it) or,
 without one, from the env's `metadata["episode_goals"]` (only recorded). In a distributed
@@ -71,7 +71,7 @@ class Evaluation(Callback):
     def run(self, elapsed_s: float) -> dict[str, float]:
         """Evaluate now: the `eval_*` metrics, `eval_score`, timings and, when first reached,
         `target_reached_*`. `elapsed_s` is the run's wall time so far."""
-        trainer, run = self.trainer, self.trainer.config.run
+        trainer = self.trainer
         start = time.perf_counter()
         envs = self._eval_envs()
         seed = EVAL_SEED + trainer.collective.rank * RANK_SEED_STRIDE
@@ -79,19 +79,16 @@ class Evaluation(Callback):
         was_training = policy.training
         policy.eval()
         try:
-            out: dict[str, float] = {}
-            modes = {"eval_": True, "eval_sampled_": False} if run.eval_sampled else {"eval_": True}
-            for prefix, greedy in modes.items():
-                result = evaluate(
-                    policy,
-                    envs,
-                    self.episodes,
-                    greedy=greedy,
-                    seed=seed,
-                    max_episode_steps=trainer.config.max_episode_steps,
-                    sum_over_ranks=self._sum_over_ranks,
-                )
-                out.update({prefix + name: value for name, value in result.items()})
+            result = evaluate(
+                policy,
+                envs,
+                self.episodes,
+                greedy=True,
+                seed=seed,
+                max_episode_steps=trainer.config.max_episode_steps,
+                sum_over_ranks=self._sum_over_ranks,
+            )
+            out = {f"eval_{name}": value for name, value in result.items()}
         finally:
             policy.train(was_training)
         out["eval_score"] = out.get(self.score_metric, math.nan)

@@ -2,17 +2,27 @@
 
 `train()` is the Stable-Baselines3-style entry point: it runs `Harness` (the loop to the
 budget, with checkpoints, evaluation, signals, logging and callbacks) on this trainer.
+`load()` (and `RunConfig.resume`) continues from a checkpoint file or run directory: reading
+files is the run's business, so the algorithm gets only the state they hold.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 
-from grpo_trainer.algorithm.grpo import GRPO
+from grpo_trainer.algorithm.grpo import GRPO, STATE_KEYS
+from grpo_trainer.base import checkpoint
+from grpo_trainer.base.config import GRPOConfig
 from grpo_trainer.run.callbacks import Callback
+from grpo_trainer.run.files import resumed_best
 from grpo_trainer.run.harness import Harness
+
+log = logging.getLogger(__name__)
 
 
 class GRPOTrainer(GRPO):
@@ -20,6 +30,26 @@ class GRPOTrainer(GRPO):
 
     stop_signal: str | None = None  # the signal the last train() stopped on, if any
     stop_reason: str | None = None  # why it ended early otherwise (a target, a callback)
+
+    def __init__(self, envs: gym.vector.VectorEnv, config: GRPOConfig | None = None) -> None:
+        super().__init__(envs, config)
+        # entries of a resumed checkpoint that the run wrote beside GRPO's (best.pt's score)
+        self.checkpoint_extras: dict[str, Any] = {}
+        if self.config.run.resume:
+            self.load(self.config.run.resume)
+
+    def load(self, path: str | Path) -> Path:
+        """Continue from a checkpoint file or run directory (its newest usable checkpoint),
+        refusing one made for other spaces or another network. Returns the file read."""
+        payload, found = checkpoint.load_for_resume(path)
+        spaces = checkpoint.space_signature(self.env.observation_space, self.env.action_space)
+        checkpoint.check_compatible(payload, found, spaces, self.config.to_dict())
+        self.load_state_dict(payload, str(found))
+        self.checkpoint_extras = {k: v for k, v in payload.items() if k not in STATE_KEYS}
+        log.info(
+            "resumed from %s at update %d (%d env steps)", found, self.update_index, self.env_steps
+        )
+        return found
 
     def train(
         self,
@@ -35,6 +65,7 @@ class GRPOTrainer(GRPO):
         otherwise). With `config.run.wandb`, rank 0 also logs to Weights & Biases; a missing
         wandb package raises `ImportError` before anything runs, on every rank.
         """
-        outcome = Harness(self, callbacks, eval_envs).run()
+        best = resumed_best(self.checkpoint_extras)
+        outcome = Harness(self, callbacks, eval_envs, best).run()
         self.stop_signal, self.stop_reason = outcome.stop_signal, outcome.stop_reason
         return outcome.metrics

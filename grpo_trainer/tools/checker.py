@@ -5,12 +5,14 @@ outputs), with a named result and concrete evidence for each rule.
     print(report)        # a table: check, status, evidence
     assert report.ok     # no check failed (warnings and skips do not fail)
 
-The checks (`CHECKS`, in this order):
+The checks (`CHECKS`, in this order), each a flat `check_*` function that tests one promise
+and returns its evidence, or raises `Verdict` with a warning, a failure or a skip:
 
 * `spaces`: `reset`/`step` outputs against the spaces: shapes, dtypes, bounds, one device
   for every torch output; rewards `(num_envs,)`, `terminated`/`truncated` bool `(num_envs,)`.
 * `autoreset`: the semantics of `metadata["autoreset_mode"]` (NEXT_STEP when absent), seen
-  at the first episode end within `max_steps` random steps.
+  at the first episode end within `max_steps` random steps; for DISABLED, that
+  `reset(options={"reset_mask": m})` restarts exactly the masked sub-envs.
 * `info_masks`: every per-env info entry `k` has its bool `(num_envs,)` mask `_k`.
 * `determinism`: `reset(seed=[...])` and `reset(seed=int)` twice with the same actions give
   the same trajectories.
@@ -33,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import random
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
@@ -120,8 +123,8 @@ class CheckReport:
         return "\n".join(lines)
 
 
-class _Failed(Exception):
-    """Raised inside a check to end it with a status and evidence."""
+class Verdict(Exception):
+    """Raised inside a check to end it with a status other than "pass", and its evidence."""
 
     def __init__(self, status: str, evidence: str) -> None:
         super().__init__(evidence)
@@ -148,26 +151,24 @@ def check_vector_env(
     unknown = set(checks) - set(CHECKS)
     if unknown:
         raise ValueError(f"unknown checks {sorted(unknown)}; known: {CHECKS}")
-    runner = _Runner(env, seed=seed, steps=steps, max_steps=max_steps)
-    functions: dict[str, Callable[[], str]] = {
-        "spaces": runner.spaces,
-        "autoreset": runner.autoreset,
-        "info_masks": runner.info_masks,
-        "determinism": runner.determinism,
-        "num_envs_invariance": lambda: runner.invariance(make_env),
-        "state_snapshots": runner.state_snapshots,
-        "host_syncs": lambda: runner.host_syncs(strict_syncs),
-        "invalid_actions": runner.invalid_actions,
+    player = EnvPlayer(env, seed=seed, steps=steps, max_steps=max_steps)
+    functions: dict[str, Callable[[EnvPlayer], str]] = {
+        "spaces": check_spaces,
+        "autoreset": check_autoreset,
+        "info_masks": check_info_masks,
+        "determinism": check_determinism,
+        "num_envs_invariance": functools.partial(check_num_envs_invariance, make_env=make_env),
+        "state_snapshots": check_state_snapshots,
+        "host_syncs": functools.partial(check_host_syncs, strict=strict_syncs),
+        "invalid_actions": check_invalid_actions,
     }
     results = []
     with _rng_kept():
-        for name in CHECKS:
-            if name not in checks:
-                continue
+        for name in (n for n in CHECKS if n in checks):
             try:
-                status, evidence = "pass", functions[name]()
-            except _Failed as result:
-                status, evidence = result.status, result.evidence
+                status, evidence = "pass", functions[name](player)
+            except Verdict as verdict:
+                status, evidence = verdict.status, verdict.evidence
             except Exception as err:  # the env crashed inside a check: that is evidence
                 status, evidence = "fail", f"raised {_error(err)}"
             results.append(Check(name, status, evidence))
@@ -176,24 +177,659 @@ def check_vector_env(
     return CheckReport(_env_name(env), results)
 
 
+# -- playing the env -----------------------------------------------------------------------------
+
+# One step's (obs, reward, terminated, truncated) as numpy; a reset's (obs,).
+Outputs = tuple[Any, ...]
+
+
+class EnvPlayer:
+    """Plays `env` for the checks: seeded random actions of the env's own kind, in the dtype
+    `step` takes, with ended sub-envs reset by mask where the env does not autoreset."""
+
+    def __init__(self, env: Any, *, seed: int, steps: int, max_steps: int) -> None:
+        self.env, self.seed, self.steps, self.max_steps = env, seed, steps, max_steps
+        self.n = int(env.num_envs)
+        self.single_action = getattr(env, "single_action_space", None) or env.action_space
+        self.single_obs = getattr(env, "single_observation_space", None)
+        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        self.mode = AutoresetMode(mode) if not isinstance(mode, AutoresetMode) else mode
+        self.action_dtype: Any = None  # a dtype that `step` accepts, when not the space's
+        self.action_note = ""
+        self.device: torch.device | None = None
+        self.kind: str | None = None
+        self.infos: list[tuple[str, dict[str, Any]]] = []  # (where, info), for info_masks
+
+    def sample(self, rng_seed: int, count: int, n: int | None = None) -> list[np.ndarray]:
+        """`count` batches of actions for `n` sub-envs; sub-env i's column is the same for
+        any `n` (so vector envs of different sizes get the same per-env actions)."""
+        n = self.n if n is None else n
+        space = copy.deepcopy(self.single_action)
+        batches = []
+        for t in range(count):
+            space.seed(rng_seed * 1_000_003 + t)
+            batches.append(np.stack([np.asarray(space.sample()) for _ in range(n)]))
+        return batches
+
+    def other_actions(self, actions: list[np.ndarray], seed: int) -> list[np.ndarray]:
+        """Random actions that differ from `actions` entry by entry where the space allows."""
+        space = copy.deepcopy(self.single_action)
+        space.seed(seed)
+        return [np.stack([_another(space, a) for a in batch]) for batch in actions]
+
+    def convert(self, actions: np.ndarray) -> Any:
+        if self.action_dtype is not None:
+            actions = actions.astype(self.action_dtype)
+        if self.kind == "torch":
+            return torch.as_tensor(actions, device=self.device)
+        return actions
+
+    def reset(self, env: Any = None, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        obs, info = (env or self.env).reset(**kwargs)
+        if self.kind is None:
+            first = obs if not isinstance(obs, Mapping) else next(iter(obs.values()))
+            self.kind = _kind(first)
+            self.device = first.device if self.kind == "torch" else None
+        return obs, info
+
+    def step(self, actions: np.ndarray, env: Any = None) -> tuple[Any, ...]:
+        """`env.step`; an env that rejects the space's integer dtype gets the other width."""
+        env = env or self.env
+        try:
+            return env.step(self.convert(actions))
+        except Exception as err:
+            if self.action_dtype is not None or actions.dtype.kind not in "iu":
+                raise
+            for dtype in (d for d in (np.int32, np.int64) if d != actions.dtype):
+                try:
+                    out = env.step(self.convert(actions.astype(dtype)))
+                except Exception:
+                    continue
+                self.action_dtype = dtype
+                self.action_note = (
+                    f"step rejects actions of the action space's dtype {actions.dtype} "
+                    f"({_error(err)}); it takes {np.dtype(dtype)}"
+                )
+                return out
+            raise
+
+    def play(self, actions: list[np.ndarray], env: Any = None) -> list[Outputs]:
+        """Step through `actions`: each step's outputs as numpy."""
+        out = []
+        for a in actions:
+            obs, reward, term, trunc, _ = self.step(a, env)
+            out.append((_np(obs), _np(reward), _np(term), _np(trunc)))
+            self.restart_ended(term, trunc, env)
+        return out
+
+    def trajectory(
+        self, seed: Any, steps: int, env: Any = None, n: int | None = None
+    ) -> list[Outputs]:
+        """The reset's (obs,) and `steps` steps' outputs, from `reset(seed=seed)`."""
+        obs, _ = self.reset(env, seed=seed)
+        return [(_np(obs),), *self.play(self.sample(self.seed + 1, steps, n), env)]
+
+    def restart_ended(self, term: Any, trunc: Any, env: Any = None) -> None:
+        """DISABLED: reset the ended sub-envs, as a caller must before stepping them again."""
+        if self.mode != AutoresetMode.DISABLED:
+            return
+        ended = _np(term) | _np(trunc)
+        if ended.any():
+            (env or self.env).reset(options={"reset_mask": self.mask(ended)})
+
+    def mask(self, rows: np.ndarray) -> Any:
+        """A bool mask of sub-envs in the env's kind (a tensor on its device, or numpy)."""
+        return torch.as_tensor(rows, device=self.device) if self.kind == "torch" else rows
+
+    def play_to_end(self) -> tuple[list[np.ndarray], int, tuple[Any, ...]]:
+        """Random steps from `reset(seed)` until some episode ends: (actions, step index,
+        that step's outputs); a skip if none ends in `max_steps`."""
+        self.reset(seed=self.seed)
+        actions = self.sample(self.seed + 2, self.max_steps)
+        for t, a in enumerate(actions):
+            out = self.step(a)
+            if np.any(_np(out[2]) | _np(out[3])):
+                return actions, t, out
+        raise Verdict(
+            "skip", f"no episode ended in {self.max_steps} random steps (pass a larger max_steps)"
+        )
+
+
+# -- spaces, dtypes and devices ------------------------------------------------------------------
+
+
+def check_spaces(play: EnvPlayer) -> str:
+    """`reset` and `step` outputs fit the spaces (shape, dtype, bounds) and the vector API
+    (rewards, `terminated`, `truncated` of shape `(num_envs,)`), on one device."""
+    env, problems = play.env, []
+    if play.single_obs is None:
+        problems.append("env has no single_observation_space")
+    if getattr(env, "single_action_space", None) is None:
+        problems.append("env has no single_action_space")
+    obs, info = play.reset(seed=play.seed)
+    play.infos.append(("reset", info))
+    problems += _obs_problems(play, obs, "reset") + _device_problems((obs, info), "reset")
+    for t, actions in enumerate(play.sample(play.seed + 3, play.steps)):
+        obs, reward, term, trunc, info = play.step(actions)
+        where = f"step {t}"
+        play.infos.append((where, info))
+        problems += _obs_problems(play, obs, where)
+        problems += _output_problems(play.n, where, reward=reward, terminated=term, truncated=trunc)
+        problems += _device_problems((obs, reward, term, trunc, info), where)
+        if problems:
+            break
+        play.restart_ended(term, trunc)
+    if play.action_note:
+        problems.insert(0, play.action_note)
+    if problems:
+        raise Verdict("fail", "; ".join(problems[:3]))
+    array = _np(obs)
+    on = f" on {play.device}" if play.device is not None else ""
+    return f"{play.steps} steps: {play.kind} obs {tuple(array.shape)} {array.dtype}{on}"
+
+
+def _obs_problems(play: EnvPlayer, obs: Any, where: str) -> list[str]:
+    space, array = play.env.observation_space, _np(obs)
+    if isinstance(space, gym.spaces.Dict | gym.spaces.Tuple) or isinstance(array, dict):
+        return [] if space.contains(array) else [f"{where}: obs not in observation_space"]
+    shape, dtype = getattr(space, "shape", None), getattr(space, "dtype", None)
+    if shape is not None and array.shape != tuple(shape):
+        return [f"{where}: obs shape {array.shape}, observation_space {tuple(shape)}"]
+    if dtype is not None and array.dtype != dtype:
+        return [f"{where}: obs dtype {array.dtype}, observation_space {np.dtype(dtype)}"]
+    for i in range(play.n if play.single_obs is not None else 0):
+        if not play.single_obs.contains(array[i]):  # type: ignore[union-attr]
+            return [
+                f"{where}: sub-env {i} obs {_short(array[i])} outside "
+                f"single_observation_space {play.single_obs}"
+            ]
+    return []
+
+
+def _output_problems(n: int, where: str, **outputs: Any) -> list[str]:
+    """Rewards are numbers, `terminated` and `truncated` bools, each of shape `(n,)`."""
+    problems = []
+    for name, value in outputs.items():
+        array, flag = _np(value), name != "reward"
+        if array.shape != (n,):
+            problems.append(f"{where}: {name} shape {array.shape}, expected ({n},)")
+        elif (array.dtype.kind == "b") != flag or array.dtype.kind not in "fiub":
+            want = "bool" if flag else "a number"
+            problems.append(f"{where}: {name} dtype {array.dtype}, expected {want}")
+    return problems
+
+
+def _device_problems(tree: Any, where: str) -> list[str]:
+    devices = {path: x.device for path, x in _leaves(tree) if isinstance(x, torch.Tensor)}
+    if len(set(devices.values())) <= 1:
+        return []
+    first = next(iter(devices.values()))
+    other = next(p for p, d in devices.items() if d != first)
+    return [f"{where}: torch outputs on {sorted(map(str, set(devices.values())))} ({other})"]
+
+
+# -- autoreset modes and reset_mask --------------------------------------------------------------
+
+
+def check_autoreset(play: EnvPlayer) -> str:
+    """The first episode end follows `metadata["autoreset_mode"]`."""
+    actions, t, out = play.play_to_end()
+    ended = _np(out[2]) | _np(out[3])
+    where = f"step {t}, sub-envs {np.nonzero(ended)[0].tolist()}"
+    if play.mode == AutoresetMode.SAME_STEP:
+        return check_same_step(play, out, ended, where)
+    if play.mode == AutoresetMode.DISABLED:
+        return check_reset_mask(play, out, ended, where)
+    return check_next_step(play, actions, t, out, ended, where)
+
+
+def check_next_step(
+    play: EnvPlayer,
+    actions: list[np.ndarray],
+    t: int,
+    out: tuple[Any, ...],
+    ended: np.ndarray,
+    where: str,
+) -> str:
+    """NEXT_STEP: the step after an end is a reset step: reward 0, not done, and the action
+    does not matter (the same game replayed with other actions there gives the same obs)."""
+    after = play.step(actions[t + 1])
+    reward, term, trunc = (_np(x) for x in after[1:4])
+    wrong = np.nonzero(ended & ((reward != 0) | term | trunc))[0]
+    if wrong.size:
+        i = int(wrong[0])
+        raise Verdict(
+            "fail",
+            f"NEXT_STEP: the step after the end ({where}) gave sub-env {i} reward "
+            f"{reward[i]}, terminated {term[i]}, truncated {trunc[i]}; expected 0, False, False",
+        )
+    other = actions[t + 1].copy()  # other actions for the ended sub-envs on the reset step
+    space = copy.deepcopy(play.single_action)
+    space.seed(play.seed + 4)
+    for j in np.nonzero(ended)[0]:
+        other[j] = _another(space, other[j])
+    play.reset(seed=play.seed)
+    replay = [play.step(a) for a in actions[: t + 1]]
+    if _first_difference(_np(replay[-1][0]), _np(out[0]), "obs"):
+        raise Verdict(
+            "skip",
+            "NEXT_STEP: the game does not replay under reset(seed) (see determinism), so "
+            "whether the step after an end ignores the action cannot be tested",
+        )
+    first, again = _np(after[0]), _np(play.step(other)[0])
+    j = _first_row_that_differs(first, again, ended)
+    if j is not None:
+        raise Verdict(
+            "fail",
+            f"NEXT_STEP: the step after the end ({where}) depends on the action: "
+            f"sub-env {j} obs {_short(first[j])} with action {_short(actions[t + 1][j])}, "
+            f"{_short(again[j])} with {_short(other[j])}",
+        )
+    return f"NEXT_STEP: {where} ended; the next step ignored the action, reward 0, not done"
+
+
+def check_same_step(play: EnvPlayer, out: tuple[Any, ...], ended: np.ndarray, where: str) -> str:
+    """SAME_STEP: the ended sub-envs restart in the step that ends them; their last obs is in
+    `info["final_obs"]`, masked by `info["_final_obs"]` = terminated | truncated."""
+    info = out[4]
+    missing = [k for k in ("final_obs", "_final_obs") if k not in info]
+    if missing:
+        raise Verdict(
+            "fail", f"SAME_STEP: {where} ended but info lacks {missing} (info keys {sorted(info)})"
+        )
+    mask = _np(info["_final_obs"])
+    if mask.dtype != np.bool_ or mask.shape != (play.n,) or not np.array_equal(mask, ended):
+        raise Verdict(
+            "fail",
+            f"SAME_STEP: info['_final_obs'] is {_short(mask)}, expected "
+            f"terminated | truncated = {_short(ended)}",
+        )
+    final, obs, same = info["final_obs"], _np(out[0]), []
+    for j in np.nonzero(ended)[0]:
+        last = np.asarray(_np(final[j]) if _kind(final) != "torch" else _np(final)[j])
+        if play.single_obs is not None and not play.single_obs.contains(last):
+            raise Verdict(
+                "fail",
+                f"SAME_STEP: final_obs of sub-env {j} {_short(last)} outside "
+                "single_observation_space",
+            )
+        same.append(np.array_equal(last, obs[j]))
+    if all(same):
+        raise Verdict(
+            "fail",
+            f"SAME_STEP: at {where} the returned obs equal final_obs: "
+            "the ended sub-envs were not reset in the same step",
+        )
+    return f"SAME_STEP: {where} ended; final_obs and _final_obs given, obs restarted"
+
+
+def check_reset_mask(play: EnvPlayer, out: tuple[Any, ...], ended: np.ndarray, where: str) -> str:
+    """DISABLED: `reset(options={"reset_mask": m})` restarts the masked sub-envs and leaves
+    every other as it was."""
+    before = _np(out[0])
+    after = _np(play.reset(options={"reset_mask": play.mask(ended)})[0])
+    j = _first_row_that_differs(before, after, ~ended)
+    if j is not None:
+        raise Verdict(
+            "fail",
+            f"DISABLED: reset(options={{'reset_mask': mask}}) at {where} changed unmasked "
+            f"sub-env {j}: {_short(before[j])} -> {_short(after[j])}",
+        )
+    moved = play.step(play.sample(play.seed + 5, 1)[0])
+    if np.any((_np(moved[2]) | _np(moved[3]))[ended]):
+        raise Verdict("warn", "DISABLED: a masked sub-env ended again on the step after its reset")
+    return f"DISABLED: {where} ended; reset_mask reset those and kept the others"
+
+
+# -- info masks ----------------------------------------------------------------------------------
+
+
+def check_info_masks(play: EnvPlayer) -> str:
+    """Every per-env info entry `k` (at reset, on steps, at an episode end) has its bool
+    `(num_envs,)` mask `_k`, at every level of nesting."""
+    if not play.infos:  # spaces did not run: gather some infos
+        play.reset(seed=play.seed)
+        for t, a in enumerate(play.sample(play.seed + 3, play.steps)):
+            play.infos.append((f"step {t}", play.step(a)[4]))
+    with contextlib.suppress(Verdict):
+        _, t, out = play.play_to_end()
+        play.infos.append((f"step {t} (an episode end)", out[4]))
+    skip = {"final_obs", "final_info"} if play.mode == AutoresetMode.SAME_STEP else set()
+    keys: set[str] = set()
+    for where, info in play.infos:
+        problem = _mask_problem(play.n, info, "info", covered=False, skip=skip, keys=keys)
+        if problem:
+            raise Verdict("fail", f"{where}: {problem}")
+    if not keys:
+        return f"{len(play.infos)} infos, no per-env entries"
+    top = sorted({k.split("]")[0].removeprefix("info[") for k in keys})
+    return (
+        f"{len(play.infos)} infos; {len(keys)} per-env entries under {', '.join(top)}, all masked"
+    )
+
+
+def _mask_problem(
+    n: int, info: Mapping[str, Any], path: str, *, covered: bool, skip: set[str], keys: set[str]
+) -> str | None:
+    """The first per-env entry of `info` without a bool `(n,)` mask (`covered`: a mask one
+    level up stands for this one's); `keys` collects the entries seen."""
+    for key, value in info.items():
+        if not isinstance(key, str) or key.startswith("_") or key in skip:
+            continue
+        mask_key, is_dict = f"_{key}", isinstance(value, Mapping)
+        if not is_dict and getattr(value, "shape", ())[:1] != (n,):
+            continue
+        keys.add(f"{path}[{key!r}]")
+        if mask_key in info:
+            mask = _np(info[mask_key])
+            if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (n,):
+                got = f"{mask.dtype} {mask.shape}" if hasattr(mask, "shape") else type(mask)
+                return f"{path}[{mask_key!r}] must be a bool array of shape ({n},), got {got}"
+        elif not covered:
+            return f"{path}[{key!r}] has no mask {path}[{mask_key!r}]"
+        if is_dict:
+            inner = covered or mask_key in info
+            problem = _mask_problem(
+                n, value, f"{path}[{key!r}]", covered=inner, skip=set(), keys=keys
+            )
+            if problem:
+                return problem
+    return None
+
+
+# -- seeding -------------------------------------------------------------------------------------
+
+
+def check_determinism(play: EnvPlayer) -> str:
+    """`reset(seed=[one per sub-env])` and `reset(seed=int)`, each twice with the same
+    actions, replay the same trajectories."""
+    warnings = []
+    seeds = [play.seed + 101 * (i + 1) for i in range(play.n)]
+    try:
+        first = play.trajectory(seeds, play.steps)
+    except Exception as err:
+        warnings.append(f"reset(seed=[{play.n} ints]) raised {_error(err)}")
+    else:
+        diff = _difference(first, play.trajectory(seeds, play.steps))
+        if diff:
+            raise Verdict("fail", f"reset(seed=list) twice, same actions: {diff}")
+    first = play.trajectory(play.seed, play.steps)
+    diff = _difference(first, play.trajectory(play.seed, play.steps))
+    if diff:
+        raise Verdict("fail", f"reset(seed={play.seed}) twice, same actions: {diff}")
+    if warnings:
+        raise Verdict("warn", "; ".join(warnings) + f"; reset(seed={play.seed}) reproduces")
+    return f"reset(seed=list) and reset(seed=int) replay {play.steps} steps exactly"
+
+
+def check_num_envs_invariance(play: EnvPlayer, make_env: Callable[[int], Any] | None = None) -> str:
+    """With `metadata["num_envs_invariant"]`, sub-env i plays the same game, for the same
+    seed and actions, in a vector env of another size."""
+    if not play.env.metadata.get("num_envs_invariant", False):
+        raise Verdict("skip", "metadata['num_envs_invariant'] is not True")
+    if make_env is None:
+        raise Verdict("skip", "no make_env given to build a vector env of another size")
+    n = play.n
+    m = max(1, n // 2) if n > 1 else 2
+    k = min(m, n)
+    seeds = [play.seed + 13 * (i + 1) for i in range(max(n, m))]
+    other = make_env(m)
+    try:
+        big = play.trajectory(seeds[:n], play.steps)
+        small = play.trajectory(seeds[:m], play.steps, env=other, n=m)
+    finally:
+        other.close()
+    diff = _difference(big, small, sub_envs=k)
+    if diff:
+        raise Verdict("fail", f"num_envs={n} vs {m}, same per-env seeds and actions: {diff}")
+    return f"sub-envs 0..{k - 1} play the same {play.steps} steps with num_envs={n} and {m}"
+
+
+# -- sub-env state snapshots ---------------------------------------------------------------------
+
+
+class _SnapshotPlan(NamedTuple):
+    """The snapshot check's set-up: sub-envs i and j, the step they swap at, and the actions:
+    before it, the source's after it, and the swapped and rewound runs'."""
+
+    i: int
+    j: int
+    start: int
+    pre: list[np.ndarray]
+    source: list[np.ndarray]
+    swapped: list[np.ndarray]
+    rewound: list[np.ndarray]
+
+
+def check_state_snapshots(play: EnvPlayer) -> str:
+    """The sub-env state protocol of docs/env.md, where offered: a trainer copies games
+    between sub-envs with it and trusts a copy to play on exactly as its source would.
+
+    Sub-envs i and j swap games by snapshots, then i is rewound to its own older snapshot,
+    while their neighbours play other actions; each copy must replay its source's steps
+    (episode ends and restarts included), and no neighbour may notice."""
+    names = ("snapshot_state", "restore_state")
+    missing = [name for name in names if not callable(getattr(play.env, name, None))]
+    if missing:
+        raise Verdict("skip", f"no sub-env state protocol: {' and '.join(missing)} missing")
+    if play.n < 2:
+        raise Verdict("skip", "num_envs=1: no other sub-env to restore a snapshot into")
+    plan = _snapshot_plan(play)
+    runs = _snapshot_runs(play, plan)
+    for got, other, rows, first, what in _snapshot_comparisons(play.n, plan, runs):
+        want = [_with_rows(g, o, rows) for g, o in zip(got, other, strict=True)]
+        diff = _difference(got, want, first)
+        if diff:
+            raise Verdict("fail", f"{what}: {diff}")
+    i, j = plan.i, plan.j
+    ended = [np.asarray(s[2], bool) | np.asarray(s[3], bool) for s in runs[0]]
+    ends = sum(int(np.count_nonzero(e[[i, j]])) for e in ended)
+    return (
+        f"sub-envs {i} and {j} swapped by snapshots before step {plan.start} played "
+        f"{play.steps} steps as their sources did ({ends} episode ends among them), neighbours "
+        f"on other actions and unchanged; sub-env {i} rewound to its own snapshot replayed "
+        "them too"
+    )
+
+
+def _snapshot_plan(play: EnvPlayer) -> _SnapshotPlan:
+    """Which sub-envs swap, when, and every sub-env's actions before and after."""
+    k = play.steps
+    try:  # put the first episode end inside the window, so copies must restart alike
+        _, end, out = play.play_to_end()
+        i = int(np.nonzero(_np(out[2]) | _np(out[3]))[0][0])
+        start = end - min(k // 2, (end + 1) // 2)
+    except Verdict:
+        i, start = 0, k // 4
+    j = (i + play.n // 2) % play.n
+    played = play.sample(play.seed + 2, start + k)  # play_to_end's actions, extended
+    pre, source = played[:start], played[start:]
+    swapped = play.other_actions(source, play.seed + 9)  # neighbours: other actions
+    rewound = play.other_actions(source, play.seed + 10)
+    for t, a in enumerate(source):
+        swapped[t][j], swapped[t][i] = a[i], a[j]
+        rewound[t][i] = a[i]
+    return _SnapshotPlan(i, j, start, pre, source, swapped, rewound)
+
+
+def _snapshot_runs(play: EnvPlayer, plan: _SnapshotPlan) -> list[list[Outputs]]:
+    """The source's steps, the swapped and rewound runs, and both without their restore
+    (`unswapped`, `unrewound`), after checking that every run replays the same game up to
+    `plan.start`."""
+    env, i, j = play.env, plan.i, plan.j
+    own: list[Any] = []  # sub-env i's own snapshot, for the rewind
+
+    def swap() -> None:  # a tensor index for one snapshot, a numpy one for the other
+        index = torch.tensor([i, j], device=play.device)
+        both = _call(f"snapshot_state(torch.tensor([{i}, {j}]))", env.snapshot_state, index)
+        own[:] = [_call(f"snapshot_state(np.array([{i}]))", env.snapshot_state, np.array([i]))]
+        _call(
+            f"restore_state(np.array([{j}, {i}]), ...)", env.restore_state, np.array([j, i]), both
+        )
+
+    def rewind() -> None:
+        into = torch.tensor([i], device=play.device)
+        _call(f"restore_state(torch.tensor([{i}]), ...)", env.restore_state, into, own[0])
+
+    def run(phases: list[list[np.ndarray]], calls: Mapping[int, Callable[[], None]]) -> Any:
+        """`plan.pre` from `reset(seed)`, then each phase after `calls[phase]`: (the
+        trajectory up to `plan.start`, each phase's outputs)."""
+        obs, _ = play.reset(seed=play.seed)
+        before, out = [(_np(obs),), *play.play(plan.pre)], []
+        for p, actions in enumerate(phases):
+            if p in calls:
+                calls[p]()
+            out.append(play.play(actions))
+        return before, out
+
+    reference, (source_out,) = run([plan.source], {})
+    runs = [
+        run([plan.swapped, plan.rewound], {0: swap, 1: rewind}),
+        run([plan.swapped], {}),  # neighbours without the swap
+        run([plan.swapped, plan.rewound], {0: swap}),  # ... without the rewind
+    ]
+    for before, _ in runs:
+        diff = _difference(reference, before)
+        if diff:
+            raise Verdict(
+                "skip",
+                f"the game does not replay under reset(seed={play.seed}) (see determinism), "
+                f"so copies cannot be compared: {diff}",
+            )
+    (after_swap, after_rewind), (unswapped,), (_, unrewound) = (out for _, out in runs)
+    return [source_out, after_swap, after_rewind, unswapped, unrewound]
+
+
+def _snapshot_comparisons(
+    n: int, plan: _SnapshotPlan, runs: list[list[Outputs]]
+) -> list[tuple[list[Outputs], list[Outputs], dict[int, int], int, str]]:
+    """(outputs, the run their rows should come from, {row: that run's row}, first step,
+    what it shows): copies against their sources, neighbours with against without."""
+    source_out, after_swap, after_rewind, unswapped, unrewound = runs
+    i, j, start, k = plan.i, plan.j, plan.start, len(plan.source)
+    swap = (
+        f"sub-envs {i} and {j} swapped before step {start} by "
+        f"snapshot_state(torch.tensor([{i}, {j}])) and restore_state(np.array([{j}, {i}]))"
+    )
+    rewind = (
+        f"sub-env {i} restored before step {start + k} from its own "
+        f"snapshot_state(np.array([{i}])) of before step {start}"
+    )
+    kept = [_with_rows(g, o, {i: i, j: j}) for g, o in zip(after_swap, unswapped, strict=True)]
+    stayed = (  # a diagnosis: the restore moved no game
+        f" (sub-envs {i} and {j} played on their own games, as if restore_state reversed "
+        "the rows or did nothing)"
+        if _difference(after_swap, kept, start) is None
+        else ""
+    )
+    swapped = f"{swap}, each on the other's actions, neighbours on others{stayed}; copy vs source"
+    rewound = f"{rewind}, on the same actions again, neighbours on others; copy vs source"
+    neighbour = "changed a neighbour; with vs without the restore"
+    return [
+        (after_swap, source_out, {j: i, i: j}, start, swapped),
+        (
+            after_swap,
+            unswapped,
+            {m: m for m in range(n) if m not in (i, j)},
+            start,
+            f"{swap} {neighbour}",
+        ),
+        (after_rewind, source_out, {i: i}, start + k, f"{rewound} ({k} steps earlier)"),
+        (
+            after_rewind,
+            unrewound,
+            {m: m for m in range(n) if m != i},
+            start + k,
+            f"{rewind} {neighbour}",
+        ),
+    ]
+
+
+# -- host syncs and invalid actions --------------------------------------------------------------
+
+
+def check_host_syncs(play: EnvPlayer, strict: bool = False) -> str:
+    """A torch env's `step` reads no device data on the host (each read is a sync on a GPU:
+    it fails there, and warns on the CPU unless `strict`)."""
+    play.reset(seed=play.seed)
+    if play.kind != "torch":
+        raise Verdict("skip", f"outputs are {play.kind}, not torch tensors")
+    actions = [play.convert(a) for a in play.sample(play.seed + 6, play.steps)]
+    with SyncCounter() as syncs:
+        for a in actions:
+            play.env.step(a)
+    if syncs.count == 0:
+        return f"no host sync in {len(actions)} steps on {play.device}"
+    ops = sorted(set(syncs.calls))
+    per_step = syncs.count / max(1, len(actions))
+    text = f"{per_step:g} host syncs per step on {play.device} ({', '.join(ops[:3])})"
+    if play.device is not None and play.device.type == "cpu" and not strict:
+        raise Verdict("warn", text + "; free on the CPU, a sync on a GPU")
+    raise Verdict("fail", text)
+
+
+def check_invalid_actions(play: EnvPlayer) -> str:
+    """An out-of-range action and actions of the wrong shape raise a clear error (at once,
+    or at the next reset), and the env stays usable."""
+    space, n = play.single_action, play.n
+    good = play.sample(play.seed + 7, 1)[0]
+    cases = [(f"actions of shape {(n + 1, *good.shape[1:])}", np.concatenate([good, good[:1]]))]
+    bad = good.copy()
+    if isinstance(space, gym.spaces.Discrete):
+        bad[-1] = space.start + space.n
+        cases.insert(0, (f"sub-env {n - 1} action {bad[-1]} (Discrete({space.n}))", bad))
+    elif isinstance(space, gym.spaces.MultiDiscrete):
+        bad[-1] = space.start + space.nvec
+        cases.insert(0, (f"sub-env {n - 1} action start + nvec", bad))
+    outcomes = []
+    for what, actions in cases:
+        outcomes.append(_invalid_action_outcome(play, what, actions))
+        try:
+            play.reset(seed=play.seed)
+            play.step(good)
+        except Exception as err:
+            texts = "; ".join(text for text, _ in outcomes)
+            raise Verdict("fail", f"{texts}; then the env is unusable: {_error(err)}") from None
+    text = "; ".join(text for text, _ in outcomes)
+    if any(status == "warn" for _, status in outcomes):
+        raise Verdict("warn", text)
+    return text
+
+
+def _invalid_action_outcome(play: EnvPlayer, what: str, actions: np.ndarray) -> tuple[str, str]:
+    """What stepping with invalid `actions` did, and its status."""
+    play.reset(seed=play.seed)
+    try:
+        play.step(actions)
+    except CLEAR_ERRORS as err:
+        return f"{what}: {_error(err)}", "pass"
+    except AssertionError as err:
+        return f"{what}: {_error(err)} (an assert: gone under python -O)", "warn"
+    except Exception as err:
+        return f"{what}: unrelated error {_error(err)}", "warn"
+    try:  # a deferred check raises on the next reset
+        play.reset(seed=play.seed)
+    except CLEAR_ERRORS as err:
+        return f"{what}: accepted, then reset raised {_error(err)}", "pass"
+    return f"{what}: accepted silently", "warn"
+
+
 # -- helpers -------------------------------------------------------------------------------------
 
 
-class _rng_kept:
+@contextlib.contextmanager
+def _rng_kept() -> Iterator[None]:
     """Save the global torch / CUDA / numpy / random RNG states; restore them on exit."""
-
-    def __enter__(self) -> None:
-        self.torch = torch.get_rng_state()
-        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-        self.numpy = np.random.get_state()
-        self.random = random.getstate()
-
-    def __exit__(self, *exc: object) -> None:
-        torch.set_rng_state(self.torch)
-        if self.cuda is not None:
-            torch.cuda.set_rng_state_all(self.cuda)
-        np.random.set_state(self.numpy)
-        random.setstate(self.random)
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    saved = torch.get_rng_state(), np.random.get_state(), random.getstate()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(saved[0])
+        np.random.set_state(saved[1])
+        random.setstate(saved[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
 
 
 def _env_name(env: Any) -> str:
@@ -221,9 +857,7 @@ def _np(x: Any) -> Any:
     """A numpy view (or copy) of a torch / numpy / JAX array, for comparison only."""
     if isinstance(x, torch.Tensor):
         x = x.detach()
-        if x.dtype == torch.bfloat16:
-            x = x.float()
-        return x.cpu().numpy()
+        return (x.float() if x.dtype == torch.bfloat16 else x).cpu().numpy()
     if isinstance(x, Mapping):
         return {k: _np(v) for k, v in x.items()}
     if isinstance(x, (tuple, list)):
@@ -265,6 +899,32 @@ def _first_difference(a: Any, b: Any, what: str) -> str | None:
     return None
 
 
+def _difference(
+    a: list[Outputs], b: list[Outputs], first: int = -1, sub_envs: int | None = None
+) -> str | None:
+    """The first difference between two lists of outputs (of their first `sub_envs` only),
+    named by env step (the first being `first`; -1 a reset, as `EnvPlayer.trajectory`
+    begins), key and sub-env."""
+    names = ("obs", "reward", "terminated", "truncated")
+    for t, (x, y) in enumerate(zip(a, b, strict=True)):
+        for name, u, v in zip(names, x, y, strict=False):
+            if sub_envs is not None:
+                u, v = u[:sub_envs], v[:sub_envs]
+            diff = _first_difference(u, v, name)
+            if diff:
+                return f"{'reset' if first + t < 0 else f'step {first + t}'}: {diff}"
+    return None
+
+
+def _another(space: gym.Space, value: np.ndarray) -> np.ndarray:
+    """A sample of `space` other than `value` (the last of 20 draws where none differs)."""
+    for _ in range(20):
+        candidate = np.asarray(space.sample())
+        if not np.array_equal(candidate, value):
+            break
+    return candidate
+
+
 def _short(x: Any) -> str:
     text = np.array2string(np.asarray(x), threshold=8, precision=4, separator=",")
     return " ".join(text.split())[:120]
@@ -297,686 +957,4 @@ def _call(what: str, function: Callable[..., Any], *args: Any) -> Any:
     try:
         return function(*args)
     except Exception as err:
-        raise _Failed("fail", f"{what} raised {_error(err)}") from None
-
-
-def _steps_difference(
-    got: list[tuple[Any, ...]], want: list[tuple[Any, ...]], first: int
-) -> str | None:
-    """The first difference between two lists of step outputs, named by env step (the
-    first being `first`), key and sub-env."""
-    names = ("obs", "reward", "terminated", "truncated")
-    for t, (x, y) in enumerate(zip(got, want, strict=True)):
-        for name, u, v in zip(names, x, y, strict=True):
-            diff = _first_difference(u, v, name)
-            if diff:
-                return f"step {first + t}: {diff}"
-    return None
-
-
-class _SnapshotPlan(NamedTuple):
-    """The state-snapshot check's set-up: sub-env i and j, the step they swap at, and the
-    actions: before it, the source's after it, and the swapped and rewound runs'."""
-
-    i: int
-    j: int
-    start: int
-    pre: list[np.ndarray]
-    source: list[np.ndarray]
-    swapped: list[np.ndarray]
-    rewound: list[np.ndarray]
-
-
-class _Runner:
-    """Plays `env` for the checks: seeded random actions of the env's own kind."""
-
-    def __init__(self, env: Any, *, seed: int, steps: int, max_steps: int) -> None:
-        self.env, self.seed, self.steps, self.max_steps = env, seed, steps, max_steps
-        self.n = int(env.num_envs)
-        self.single_action = getattr(env, "single_action_space", None) or env.action_space
-        self.single_obs = getattr(env, "single_observation_space", None)
-        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-        self.mode = AutoresetMode(mode) if not isinstance(mode, AutoresetMode) else mode
-        self.action_dtype: Any = None  # a dtype that `step` accepts, when not the space's
-        self.action_note = ""
-        self.device: torch.device | None = None
-        self.kind: str | None = None
-        self._infos: list[tuple[str, dict[str, Any]]] = []  # (where, info) for info_masks
-
-    # -- playing ------------------------------------------------------------------------------
-
-    def sample(self, rng_seed: int, count: int, n: int | None = None) -> list[np.ndarray]:
-        """`count` batches of actions for `n` sub-envs; sub-env i's column is the same for
-        any `n` (so vector envs of different sizes get the same per-env actions)."""
-        n = self.n if n is None else n
-        space = copy.deepcopy(self.single_action)
-        batches = []
-        for t in range(count):
-            space.seed(rng_seed * 1_000_003 + t)
-            batches.append(np.stack([np.asarray(space.sample()) for _ in range(n)]))
-        return batches
-
-    def convert(self, actions: np.ndarray) -> Any:
-        if self.action_dtype is not None:
-            actions = actions.astype(self.action_dtype)
-        if self.kind == "torch":
-            return torch.as_tensor(actions, device=self.device)
-        return actions
-
-    def reset(self, env: Any = None, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        obs, info = (env or self.env).reset(**kwargs)
-        if self.kind is None:
-            self.kind = _kind(obs if not isinstance(obs, Mapping) else next(iter(obs.values())))
-            if self.kind == "torch":
-                first = obs if isinstance(obs, torch.Tensor) else next(iter(obs.values()))
-                self.device = first.device
-        return obs, info
-
-    def step(self, actions: np.ndarray, env: Any = None) -> tuple[Any, ...]:
-        env = env or self.env
-        try:
-            return env.step(self.convert(actions))
-        except Exception as err:
-            if self.action_dtype is not None or actions.dtype.kind not in "iu":
-                raise
-            for dtype in (np.int32, np.int64):  # an env that takes only one integer width
-                if dtype == actions.dtype:
-                    continue
-                try:
-                    out = env.step(self.convert(actions.astype(dtype)))
-                except Exception:
-                    continue
-                self.action_dtype = dtype
-                self.action_note = (
-                    f"step rejects actions of the action space's dtype {actions.dtype} "
-                    f"({_error(err)}); it takes {np.dtype(dtype)}"
-                )
-                return out
-            raise
-
-    def trajectory(
-        self, seed: Any, steps: int, env: Any = None, n: int | None = None
-    ) -> list[tuple[Any, ...]]:
-        """[(obs, reward, terminated, truncated)] as numpy, from `reset(seed=seed)`."""
-        obs, _ = self.reset(env, seed=seed)
-        out = [(_np(obs),)]
-        for actions in self.sample(self.seed + 1, steps, n):
-            obs, reward, term, trunc, _ = self.step(actions, env)
-            out.append((_np(obs), _np(reward), _np(term), _np(trunc)))
-            self._restart_ended(term, trunc, env)
-        return out
-
-    def _restart_ended(self, term: Any, trunc: Any, env: Any = None) -> None:
-        """DISABLED: reset the ended sub-envs, as a caller must before stepping them again."""
-        if self.mode != AutoresetMode.DISABLED:
-            return
-        ended = _np(term) | _np(trunc)
-        if ended.any():
-            mask = torch.as_tensor(ended, device=self.device) if self.kind == "torch" else ended
-            (env or self.env).reset(options={"reset_mask": mask})
-
-    def play_to_end(self) -> tuple[list[np.ndarray], int, tuple[Any, ...], Any]:
-        """Random steps from `reset(seed)` until some episode ends: (actions, step index,
-        that step's outputs, the obs before it); a skip if none ends in `max_steps`."""
-        obs, _ = self.reset(seed=self.seed)
-        actions = self.sample(self.seed + 2, self.max_steps)
-        for t, a in enumerate(actions):
-            before = obs
-            out = self.step(a)
-            obs = out[0]
-            ended = _np(out[2]) | _np(out[3])
-            if np.any(ended):
-                return actions, t, out, before
-        raise _Failed(
-            "skip",
-            f"no episode ended in {self.max_steps} random steps (pass a larger max_steps)",
-        )
-
-    # -- the checks ---------------------------------------------------------------------------
-
-    def spaces(self) -> str:
-        problems: list[str] = []
-        if self.single_obs is None:
-            problems.append("env has no single_observation_space")
-        obs_space = self.env.observation_space
-        if getattr(self.env, "single_action_space", None) is None:
-            problems.append("env has no single_action_space")
-        obs, info = self.reset(seed=self.seed)
-        self._infos.append(("reset", info))
-        problems += self._obs_problems(obs, obs_space, "reset")
-        problems += self._device_problems((obs, info), "reset")
-        for t, actions in enumerate(self.sample(self.seed + 3, self.steps)):
-            obs, reward, term, trunc, info = self.step(actions)
-            self._infos.append((f"step {t}", info))
-            where = f"step {t}"
-            problems += self._obs_problems(obs, obs_space, where)
-            for name, value, kinds in (
-                ("reward", reward, "fiub"),
-                ("terminated", term, "b"),
-                ("truncated", trunc, "b"),
-            ):
-                array = _np(value)
-                if array.shape != (self.n,):
-                    problems.append(f"{where}: {name} shape {array.shape}, expected ({self.n},)")
-                elif array.dtype.kind not in kinds or (kinds == "fiub" and array.dtype.kind == "b"):
-                    want = "bool" if kinds == "b" else "a number"
-                    problems.append(f"{where}: {name} dtype {array.dtype}, expected {want}")
-            problems += self._device_problems((obs, reward, term, trunc, info), where)
-            if problems:
-                break
-            self._restart_ended(term, trunc)
-        if self.action_note:
-            problems.insert(0, self.action_note)
-        if problems:
-            raise _Failed("fail", "; ".join(problems[:3]))
-        return f"{self.steps} steps: {self.kind} obs {tuple(_np(obs).shape)} {_np(obs).dtype}" + (
-            f" on {self.device}" if self.device is not None else ""
-        )
-
-    def _obs_problems(self, obs: Any, space: gym.Space, where: str) -> list[str]:
-        array = _np(obs)
-        if isinstance(space, gym.spaces.Dict | gym.spaces.Tuple) or isinstance(array, dict):
-            return [] if space.contains(array) else [f"{where}: obs not in observation_space"]
-        shape, dtype = getattr(space, "shape", None), getattr(space, "dtype", None)
-        if shape is not None and array.shape != tuple(shape):
-            return [f"{where}: obs shape {array.shape}, observation_space {tuple(shape)}"]
-        if dtype is not None and array.dtype != dtype:
-            return [f"{where}: obs dtype {array.dtype}, observation_space {np.dtype(dtype)}"]
-        if self.single_obs is not None:
-            for i in range(self.n):
-                if not self.single_obs.contains(array[i]):
-                    return [
-                        f"{where}: sub-env {i} obs {_short(array[i])} outside "
-                        f"single_observation_space {self.single_obs}"
-                    ]
-        return []
-
-    def _device_problems(self, tree: Any, where: str) -> list[str]:
-        devices = {
-            path: value.device for path, value in _leaves(tree) if isinstance(value, torch.Tensor)
-        }
-        if len(set(devices.values())) > 1:
-            first = next(iter(devices.values()))
-            other = next(p for p, d in devices.items() if d != first)
-            return [
-                f"{where}: torch outputs on {sorted(map(str, set(devices.values())))} ({other})"
-            ]
-        return []
-
-    def autoreset(self) -> str:
-        actions, t, out, _ = self.play_to_end()
-        ended = _np(out[2]) | _np(out[3])
-        idx = np.nonzero(ended)[0]
-        where = f"step {t}, sub-envs {idx.tolist()}"
-        if self.mode == AutoresetMode.SAME_STEP:
-            return self._same_step(out, ended, where)
-        if self.mode == AutoresetMode.DISABLED:
-            return self._disabled(out, ended, where)
-        return self._next_step(actions, t, out, ended, where)
-
-    def _next_step(
-        self, actions: list[np.ndarray], t: int, out: tuple[Any, ...], ended: np.ndarray, where: str
-    ) -> str:
-        after = self.step(actions[t + 1])
-        reward, term, trunc = (_np(x) for x in after[1:4])
-        wrong = np.nonzero(ended & ((reward != 0) | term | trunc))[0]
-        if wrong.size:
-            i = int(wrong[0])
-            raise _Failed(
-                "fail",
-                f"NEXT_STEP: the step after the end ({where}) gave sub-env {i} reward "
-                f"{reward[i]}, terminated {term[i]}, truncated {trunc[i]}; "
-                "expected 0, False, False",
-            )
-        # the same game again, with other actions for the ended sub-envs on the reset step
-        other = actions[t + 1].copy()
-        space = copy.deepcopy(self.single_action)
-        space.seed(self.seed + 4)
-        for j in np.nonzero(ended)[0]:
-            for _ in range(20):
-                candidate = np.asarray(space.sample())
-                if not np.array_equal(candidate, other[j]):
-                    other[j] = candidate
-                    break
-        self.reset(seed=self.seed)
-        replay = [self.step(a) for a in actions[: t + 1]]
-        if _first_difference(_np(replay[-1][0]), _np(out[0]), "obs"):
-            raise _Failed(
-                "skip",
-                "NEXT_STEP: the game does not replay under reset(seed) (see determinism), so "
-                "whether the step after an end ignores the action cannot be tested",
-            )
-        again = _np(self.step(other)[0])
-        first = _np(after[0])
-        j = _first_row_that_differs(first, again, ended)
-        if j is not None:
-            raise _Failed(
-                "fail",
-                f"NEXT_STEP: the step after the end ({where}) depends on the action: "
-                f"sub-env {j} obs {_short(first[j])} with action {_short(actions[t + 1][j])}, "
-                f"{_short(again[j])} with {_short(other[j])}",
-            )
-        return f"NEXT_STEP: {where} ended; the next step ignored the action, reward 0, not done"
-
-    def _same_step(self, out: tuple[Any, ...], ended: np.ndarray, where: str) -> str:
-        info = out[4]
-        if "final_obs" not in info or "_final_obs" not in info:
-            missing = [k for k in ("final_obs", "_final_obs") if k not in info]
-            raise _Failed(
-                "fail",
-                f"SAME_STEP: {where} ended but info lacks {missing} (info keys {sorted(info)})",
-            )
-        mask = _np(info["_final_obs"])
-        if mask.dtype != np.bool_ or mask.shape != (self.n,) or not np.array_equal(mask, ended):
-            raise _Failed(
-                "fail",
-                f"SAME_STEP: info['_final_obs'] is {_short(mask)}, expected "
-                f"terminated | truncated = {_short(ended)}",
-            )
-        final = info["final_obs"]
-        obs = _np(out[0])
-        same = []
-        for j in np.nonzero(ended)[0]:
-            last = _np(final[j]) if _kind(final) != "torch" else _np(final)[j]
-            if self.single_obs is not None and not self.single_obs.contains(np.asarray(last)):
-                raise _Failed(
-                    "fail",
-                    f"SAME_STEP: final_obs of sub-env {j} "
-                    f"{_short(last)} outside single_observation_space",
-                )
-            same.append(np.array_equal(np.asarray(last), obs[j]))
-        if all(same):
-            raise _Failed(
-                "fail",
-                f"SAME_STEP: at {where} the returned obs equal final_obs: "
-                "the ended sub-envs were not reset in the same step",
-            )
-        return f"SAME_STEP: {where} ended; final_obs and _final_obs given, obs restarted"
-
-    def _disabled(self, out: tuple[Any, ...], ended: np.ndarray, where: str) -> str:
-        before = _np(out[0])
-        mask = ended if self.kind != "torch" else torch.as_tensor(ended, device=self.device)
-        obs, _ = self.reset(options={"reset_mask": mask})
-        after = _np(obs)
-        j = _first_row_that_differs(before, after, ~ended)
-        if j is not None:
-            raise _Failed(
-                "fail",
-                f"DISABLED: reset(options={{'reset_mask': mask}}) at {where} changed unmasked "
-                f"sub-env {j}: {_short(before[j])} -> {_short(after[j])}",
-            )
-        moved = self.step(self.sample(self.seed + 5, 1)[0])
-        if np.any((_np(moved[2]) | _np(moved[3]))[ended]):
-            raise _Failed(
-                "warn", "DISABLED: a masked sub-env ended again on the step after its reset"
-            )
-        return f"DISABLED: {where} ended; reset_mask reset those and kept the others"
-
-    def info_masks(self) -> str:
-        if not self._infos:  # spaces did not run: gather some infos
-            self.reset(seed=self.seed)
-            for t, a in enumerate(self.sample(self.seed + 3, self.steps)):
-                self._infos.append((f"step {t}", self.step(a)[4]))
-        try:
-            _, t, out, _ = self.play_to_end()
-            self._infos.append((f"step {t} (an episode end)", out[4]))
-        except _Failed:
-            pass
-        skip = {"final_obs", "final_info"} if self.mode == AutoresetMode.SAME_STEP else set()
-        keys: set[str] = set()
-        for where, info in self._infos:
-            problem = self._mask_problem(info, "info", covered=False, skip=skip, keys=keys)
-            if problem:
-                raise _Failed("fail", f"{where}: {problem}")
-        if not keys:
-            return f"{len(self._infos)} infos, no per-env entries"
-        top = sorted({k.split("]")[0].removeprefix("info[") for k in keys})
-        return (
-            f"{len(self._infos)} infos; {len(keys)} per-env entries under {', '.join(top)}, "
-            "all masked"
-        )
-
-    def _mask_problem(
-        self, info: Mapping[str, Any], path: str, *, covered: bool, skip: set[str], keys: set[str]
-    ) -> str | None:
-        for key, value in info.items():
-            if not isinstance(key, str) or key.startswith("_") or key in skip:
-                continue
-            mask_key = f"_{key}"
-            is_dict = isinstance(value, Mapping)
-            per_env = not is_dict and getattr(value, "shape", ())[:1] == (self.n,)
-            if not (is_dict or per_env):
-                continue
-            keys.add(f"{path}[{key!r}]")
-            if mask_key in info:
-                mask = _np(info[mask_key])
-                if (
-                    not isinstance(mask, np.ndarray)
-                    or mask.dtype != np.bool_
-                    or (mask.shape != (self.n,))
-                ):
-                    got = f"{mask.dtype} {mask.shape}" if hasattr(mask, "shape") else type(mask)
-                    return (
-                        f"{path}[{mask_key!r}] must be a bool array of shape ({self.n},), got {got}"
-                    )
-            elif not covered:
-                return f"{path}[{key!r}] has no mask {path}[{mask_key!r}]"
-            if is_dict:
-                problem = self._mask_problem(
-                    value,
-                    f"{path}[{key!r}]",
-                    covered=covered or mask_key in info,
-                    skip=set(),
-                    keys=keys,
-                )
-                if problem:
-                    return problem
-        return None
-
-    def determinism(self) -> str:
-        warnings = []
-        seeds = [self.seed + 101 * (i + 1) for i in range(self.n)]
-        try:
-            first = self.trajectory(seeds, self.steps)
-        except Exception as err:
-            warnings.append(f"reset(seed=[{self.n} ints]) raised {_error(err)}")
-        else:
-            second = self.trajectory(seeds, self.steps)
-            diff = self._trajectory_difference(first, second)
-            if diff:
-                raise _Failed("fail", f"reset(seed=list) twice, same actions: {diff}")
-        first = self.trajectory(self.seed, self.steps)
-        second = self.trajectory(self.seed, self.steps)
-        diff = self._trajectory_difference(first, second)
-        if diff:
-            raise _Failed("fail", f"reset(seed={self.seed}) twice, same actions: {diff}")
-        if warnings:
-            raise _Failed("warn", "; ".join(warnings) + f"; reset(seed={self.seed}) reproduces")
-        return f"reset(seed=list) and reset(seed=int) replay {self.steps} steps exactly"
-
-    @staticmethod
-    def _trajectory_difference(
-        a: list[tuple[Any, ...]], b: list[tuple[Any, ...]], sub_envs: int | None = None
-    ) -> str | None:
-        """The first difference between two `trajectory`s (of their first `sub_envs` only)."""
-        names = ("obs", "reward", "terminated", "truncated")
-        for t, (x, y) in enumerate(zip(a, b, strict=True)):
-            for name, u, v in zip(names, x, y, strict=False):
-                if sub_envs is not None:
-                    u, v = u[:sub_envs], v[:sub_envs]
-                diff = _first_difference(u, v, name)
-                if diff:
-                    return f"{'reset' if t == 0 else f'step {t - 1}'}: {diff}"
-        return None
-
-    def invariance(self, make_env: Callable[[int], Any] | None) -> str:
-        if not self.env.metadata.get("num_envs_invariant", False):
-            raise _Failed("skip", "metadata['num_envs_invariant'] is not True")
-        if make_env is None:
-            raise _Failed("skip", "no make_env given to build a vector env of another size")
-        m = max(1, self.n // 2) if self.n > 1 else 2
-        k = min(m, self.n)
-        seeds = [self.seed + 13 * (i + 1) for i in range(max(self.n, m))]
-        other = make_env(m)
-        try:
-            big = self.trajectory(seeds[: self.n], self.steps)
-            small = self.trajectory(seeds[:m], self.steps, env=other, n=m)
-        finally:
-            other.close()
-        diff = self._trajectory_difference(big, small, sub_envs=k)
-        if diff:
-            raise _Failed(
-                "fail", f"num_envs={self.n} vs {m}, same per-env seeds and actions: {diff}"
-            )
-        return (
-            f"sub-envs 0..{k - 1} play the same {self.steps} steps with num_envs={self.n} and {m}"
-        )
-
-    def state_snapshots(self) -> str:
-        """The sub-env state protocol of docs/env.md, where offered: a trainer copies games
-        between sub-envs with it and trusts a copy to play on exactly as its source would.
-
-        Sub-envs i and j swap games by snapshots, then i is rewound to its own older snapshot,
-        while their neighbours play other actions; each copy must replay its source's steps,
-        and no neighbour may notice."""
-        names = ("snapshot_state", "restore_state")
-        missing = [name for name in names if not callable(getattr(self.env, name, None))]
-        if missing:
-            raise _Failed("skip", f"no sub-env state protocol: {' and '.join(missing)} missing")
-        if self.n < 2:
-            raise _Failed("skip", "num_envs=1: no other sub-env to restore a snapshot into")
-        plan = self._snapshot_plan()
-        source_out, after_swap, after_rewind, unswapped, unrewound = self._snapshot_runs(plan)
-        i, j, start, k = plan.i, plan.j, plan.start, self.steps
-        swap_text = (
-            f"sub-envs {i} and {j} swapped before step {start} by "
-            f"snapshot_state(torch.tensor([{i}, {j}])) and restore_state(np.array([{j}, {i}]))"
-        )
-        rewind_text = (
-            f"sub-env {i} restored before step {start + k} from its own "
-            f"snapshot_state(np.array([{i}])) of before step {start}"
-        )
-        kept = [_with_rows(g, o, {i: i, j: j}) for g, o in zip(after_swap, unswapped, strict=True)]
-        stayed = (  # a diagnosis: the restore moved no game
-            f" (sub-envs {i} and {j} played on their own games, as if restore_state reversed "
-            "the rows or did nothing)"
-            if _steps_difference(after_swap, kept, start) is None
-            else ""
-        )
-        others = [m for m in range(self.n) if m not in (i, j)]
-        comparisons = [  # (outputs, expected rows from, {row: from row}, first step, what)
-            (
-                after_swap,
-                source_out,
-                {j: i, i: j},
-                start,
-                f"{swap_text}, each on the other's actions, neighbours on others{stayed}; "
-                "copy vs source",
-            ),
-            (
-                after_swap,
-                unswapped,
-                {m: m for m in others},
-                start,
-                f"{swap_text} changed a neighbour; with vs without the restore",
-            ),
-            (
-                after_rewind,
-                source_out,
-                {i: i},
-                start + k,
-                f"{rewind_text}, on the same actions again, neighbours on others; copy vs "
-                f"source ({k} steps earlier)",
-            ),
-            (
-                after_rewind,
-                unrewound,
-                {m: m for m in range(self.n) if m != i},
-                start + k,
-                f"{rewind_text} changed a neighbour; with vs without the restore",
-            ),
-        ]
-        for got, other, rows, first, what in comparisons:
-            want = [_with_rows(g, o, rows) for g, o in zip(got, other, strict=True)]
-            diff = _steps_difference(got, want, first)
-            if diff:
-                raise _Failed("fail", f"{what}: {diff}")
-        ends = sum(
-            int(np.count_nonzero((np.asarray(s[2], bool) | np.asarray(s[3], bool))[[i, j]]))
-            for s in source_out
-        )
-        return (
-            f"sub-envs {i} and {j} swapped by snapshots before step {start} played {k} steps "
-            f"as their sources did ({ends} episode ends among them), neighbours on other "
-            f"actions and unchanged; sub-env {i} rewound to its own snapshot replayed them too"
-        )
-
-    def _snapshot_plan(self) -> _SnapshotPlan:
-        """Which sub-envs swap, when, and every sub-env's actions before and after."""
-        k = self.steps
-        try:  # put the first episode end inside the window, so copies must restart alike
-            _, end, out, _ = self.play_to_end()
-            i = int(np.nonzero(_np(out[2]) | _np(out[3]))[0][0])
-            start = end - min(k // 2, (end + 1) // 2)
-        except _Failed:
-            i, start = 0, k // 4
-        j = (i + self.n // 2) % self.n
-        played = self.sample(self.seed + 2, start + k)  # play_to_end's actions, extended
-        pre, source = played[:start], played[start:]
-        swapped = self._other_actions(source, self.seed + 9)  # neighbours: other actions
-        rewound = self._other_actions(source, self.seed + 10)
-        for t, a in enumerate(source):
-            swapped[t][j], swapped[t][i] = a[i], a[j]
-            rewound[t][i] = a[i]
-        return _SnapshotPlan(i, j, start, pre, source, swapped, rewound)
-
-    def _snapshot_runs(self, plan: _SnapshotPlan) -> tuple[list[Any], ...]:
-        """The source's steps, then the swapped and rewound runs with and without their
-        restores, after checking that every run replays the same game up to `plan.start`."""
-        env, i, j = self.env, plan.i, plan.j
-        own: list[Any] = []  # sub-env i's own snapshot, for the rewind
-
-        def swap() -> None:  # a tensor index for one snapshot, a numpy one for the other
-            both = _call(
-                f"snapshot_state(torch.tensor([{i}, {j}]))",
-                env.snapshot_state,
-                torch.tensor([i, j], device=self.device),
-            )
-            own[:] = [_call(f"snapshot_state(np.array([{i}]))", env.snapshot_state, np.array([i]))]
-            _call(
-                f"restore_state(np.array([{j}, {i}]), ...)",
-                env.restore_state,
-                np.array([j, i]),
-                both,
-            )
-
-        def rewind() -> None:
-            into = torch.tensor([i], device=self.device)
-            _call(f"restore_state(torch.tensor([{i}]), ...)", env.restore_state, into, own[0])
-
-        pre, swapped, rewound = plan.pre, plan.swapped, plan.rewound
-        reference, (source_out,) = self._snapshot_run(pre, [plan.source], {})
-        runs = [
-            self._snapshot_run(pre, [swapped, rewound], {0: swap, 1: rewind}),
-            self._snapshot_run(pre, [swapped], {}),  # neighbours without the swap
-            self._snapshot_run(pre, [swapped, rewound], {0: swap}),  # ... without the rewind
-        ]
-        for before, _ in runs:
-            diff = self._trajectory_difference(reference, before)
-            if diff:
-                raise _Failed(
-                    "skip",
-                    f"the game does not replay under reset(seed={self.seed}) (see determinism), "
-                    f"so copies cannot be compared: {diff}",
-                )
-        (after_swap, after_rewind), (unswapped,), (_, unrewound) = (out for _, out in runs)
-        return source_out, after_swap, after_rewind, unswapped, unrewound
-
-    def _other_actions(self, actions: list[np.ndarray], seed: int) -> list[np.ndarray]:
-        """Random actions that differ from `actions` entry by entry where the space allows."""
-        space = copy.deepcopy(self.single_action)
-        space.seed(seed)
-        others = []
-        for batch in actions:
-            other = batch.copy()
-            for m in range(len(batch)):
-                for _ in range(20):
-                    other[m] = np.asarray(space.sample())
-                    if not np.array_equal(other[m], batch[m]):
-                        break
-            others.append(other)
-        return others
-
-    def _snapshot_run(
-        self,
-        pre: list[np.ndarray],
-        phases: list[list[np.ndarray]],
-        calls: Mapping[int, Callable[[], None]],
-    ) -> tuple[list[tuple[Any, ...]], list[list[tuple[Any, ...]]]]:
-        """Play `pre` from `reset(seed)`, then each phase, making `calls[p]` before phase `p`:
-        (the `trajectory` of `pre`, each phase's [(obs, reward, terminated, truncated)])."""
-        obs, _ = self.reset(seed=self.seed)
-        before = [(_np(obs),), *self._play(pre)]
-        out = []
-        for p, actions in enumerate(phases):
-            if p in calls:
-                calls[p]()
-            out.append(self._play(actions))
-        return before, out
-
-    def _play(self, actions: list[np.ndarray]) -> list[tuple[Any, ...]]:
-        out = []
-        for a in actions:
-            obs, reward, term, trunc, _ = self.step(a)
-            out.append((_np(obs), _np(reward), _np(term), _np(trunc)))
-            self._restart_ended(term, trunc)
-        return out
-
-    def host_syncs(self, strict: bool) -> str:
-        self.reset(seed=self.seed)
-        if self.kind != "torch":
-            raise _Failed("skip", f"outputs are {self.kind}, not torch tensors")
-        actions = [self.convert(a) for a in self.sample(self.seed + 6, self.steps)]
-        with SyncCounter() as syncs:
-            for a in actions:
-                self.env.step(a)
-        per_step = syncs.count / max(1, len(actions))
-        if syncs.count == 0:
-            return f"no host sync in {len(actions)} steps on {self.device}"
-        ops = sorted(set(syncs.calls))
-        text = f"{per_step:g} host syncs per step on {self.device} ({', '.join(ops[:3])})"
-        if self.device is not None and self.device.type == "cpu" and not strict:
-            raise _Failed("warn", text + "; free on the CPU, a sync on a GPU")
-        raise _Failed("fail", text)
-
-    def invalid_actions(self) -> str:
-        space = self.single_action
-        good = self.sample(self.seed + 7, 1)[0]
-        cases: list[tuple[str, np.ndarray]] = []
-        if isinstance(space, gym.spaces.Discrete):
-            bad = good.copy()
-            bad[-1] = space.start + space.n
-            cases.append(
-                (f"sub-env {self.n - 1} action {space.start + space.n} (Discrete({space.n}))", bad)
-            )
-        elif isinstance(space, gym.spaces.MultiDiscrete):
-            bad = good.copy()
-            bad[-1] = space.start + space.nvec
-            cases.append((f"sub-env {self.n - 1} action start + nvec", bad))
-        cases.append(
-            (f"actions of shape {(self.n + 1, *good.shape[1:])}", np.concatenate([good, good[:1]]))
-        )
-        outcomes, statuses = [], []
-        for what, actions in cases:
-            self.reset(seed=self.seed)
-            try:
-                self.step(actions)
-            except CLEAR_ERRORS as err:
-                outcomes.append(f"{what}: {_error(err)}")
-                statuses.append("pass")
-            except AssertionError as err:
-                outcomes.append(f"{what}: {_error(err)} (an assert: gone under python -O)")
-                statuses.append("warn")
-            except Exception as err:
-                outcomes.append(f"{what}: unrelated error {_error(err)}")
-                statuses.append("warn")
-            else:
-                try:  # a deferred check raises on the next reset
-                    self.reset(seed=self.seed)
-                except CLEAR_ERRORS as err:
-                    outcomes.append(f"{what}: accepted, then reset raised {_error(err)}")
-                    statuses.append("pass")
-                else:
-                    outcomes.append(f"{what}: accepted silently")
-                    statuses.append("warn")
-            try:
-                self.reset(seed=self.seed)
-                self.step(good)
-            except Exception as err:
-                raise _Failed(
-                    "fail", "; ".join(outcomes) + f"; then the env is unusable: {_error(err)}"
-                ) from None
-        status = "warn" if "warn" in statuses else "pass"
-        if status == "warn":
-            raise _Failed("warn", "; ".join(outcomes))
-        return "; ".join(outcomes)
+        raise Verdict("fail", f"{what} raised {_error(err)}") from None

@@ -321,9 +321,7 @@ def _eval(args: argparse.Namespace) -> int:
     if args.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
     device = resolve_device(args.device)
-    config = GRPOConfig.from_dict(
-        checkpoint.load(args.checkpoint, any_version=True)["config"], strict=False
-    )
+    config = GRPOConfig.from_dict(checkpoint.load(args.checkpoint)["config"])
     num_envs = args.num_envs or min(args.episodes, MAX_EVAL_ENVS)
     envs = make_envs(config, num_envs, device)
     policy, config, _ = load_policy(args.checkpoint, device, envs)
@@ -346,9 +344,7 @@ def _play(args: argparse.Namespace) -> int:
     from grpo_trainer.run.recording import play_episode
 
     device = resolve_device(args.device)
-    config = GRPOConfig.from_dict(
-        checkpoint.load(args.checkpoint, any_version=True)["config"], strict=False
-    )
+    config = GRPOConfig.from_dict(checkpoint.load(args.checkpoint)["config"])
     mode = "ansi" if args.ansi else "rgb_array"
     envs = make_envs(config, 1, device, render_mode=mode)
     policy, config, _ = load_policy(args.checkpoint, device, envs)

@@ -19,15 +19,21 @@ from typing import Any, Protocol
 import torch
 
 from grpo_trainer.algorithm.policy import ActionHead
-from grpo_trainer.algorithm.rollout.buffer import Rollout, RolloutBuffer, storage_dtype
-from grpo_trainer.algorithm.rollout.recorder import ExplorationNoise, Recorder, SampleFn
+from grpo_trainer.algorithm.rollout.buffer import (
+    ExplorationNoise,
+    Recorder,
+    Rollout,
+    RolloutBuffer,
+    RolloutCheckpoint,
+    SampleFn,
+    storage_dtype,
+)
 from grpo_trainer.algorithm.rollout.restarts import (
     GroupRestarts,
     GroupSeeds,
     IndependentRestarts,
     RestartPolicy,
 )
-from grpo_trainer.algorithm.rollout.saved import SavedRollout, saved_rollout
 from grpo_trainer.algorithm.rollout.whole_episodes import EpisodeRollout
 from grpo_trainer.algorithm.rollout.windowed import WindowedRollout
 from grpo_trainer.base.config import GRPOConfig
@@ -40,11 +46,10 @@ __all__ = [
     "Recorder",
     "Rollout",
     "RolloutBuffer",
+    "RolloutCheckpoint",
     "RolloutMode",
-    "SavedRollout",
     "WindowedRollout",
     "make_rollout",
-    "saved_rollout",
     "storage_dtype",
 ]
 
@@ -72,7 +77,7 @@ class RolloutMode(Protocol):
         """What a checkpoint must hold to continue this rank's rollout exactly."""
         ...
 
-    def resume(self, saved: SavedRollout) -> None:
+    def resume(self, saved: RolloutCheckpoint) -> None:
         """Continue from what a checkpoint holds."""
         ...
 
@@ -98,7 +103,7 @@ def make_rollout(
         buffer = RolloutBuffer(horizon, 0, env.num_envs, obs_shape, obs_dtype, head, env.device)
         return EpisodeRollout(env, buffer, head, config.group_size, noise, seeds)
     buffer = RolloutBuffer(
-        config.steps_per_update,
+        config.rollout_steps,
         config.window - 1,
         env.num_envs,
         obs_shape,

@@ -1,4 +1,6 @@
-"""Rollout storage: what the update needs of every env step, on the device, allocated once.
+"""Rollout storage: what the update needs of every env step, on the device, allocated once;
+what fills it (`ExplorationNoise`, `Recorder`), and what leaves it: the `Rollout` an update
+trains on and the `RolloutCheckpoint` a resume continues from.
 
 Per env-step: the observation (in the compact dtype the policy reads), the action (uint8 for up
 to 256 choices), the rollout policy's log-prob, the reward, and two flags: `valid` (the step
@@ -8,13 +10,20 @@ returns stop at it).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import torch
 
 from grpo_trainer.algorithm.policy import ActionHead
-from grpo_trainer.envs.episodes import EpisodeRunner
+from grpo_trainer.base.collective import Collective
+from grpo_trainer.base.config import GRPOConfig
+from grpo_trainer.envs.episodes import EpisodeRunner, RunnerStep
+
+SampleFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+# Settings a windowed rollout's saved episodes depend on: with others they cannot continue.
+ROLLOUT_FIELDS = ("rollout", "rollout_steps", "window", "num_groups", "group_size")
 
 
 def storage_dtype(space: gym.Space, choice: str) -> torch.dtype:
@@ -122,3 +131,80 @@ def rollout_view(buffer: RolloutBuffer, runner: EpisodeRunner, rows: int, window
         min(buffer.lookahead_rows, trained),
         window,
     )
+
+
+class ExplorationNoise:
+    """The noise each sub-env samples its actions with, step after step. The head decides
+    how one step's noise follows the last (`ActionHead.correlate`): for Gaussian heads an
+    AR(1) process with `correlation` ρ, so exploration pushes one way for about 1 / (1 − ρ)
+    steps, as colored-noise exploration does (Eberhard et al., 2023; Hollenstein et al.,
+    2024); for categorical heads independent draws. Each step's marginal is the head's own,
+    so the stored log-probs are exact."""
+
+    def __init__(self, head: ActionHead, num_envs: int, correlation: float) -> None:
+        self.head, self.num_envs, self.correlation = head, num_envs, correlation
+        self.last: torch.Tensor | None = None  # what the last step drew (kept in checkpoints)
+
+    def draw(self, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+        fresh = self.head.noise(self.num_envs, generator, device)
+        last = self.last
+        self.last = fresh if last is None else self.head.correlate(last, fresh, self.correlation)
+        return self.last
+
+
+class Recorder:
+    """Plays the policy into the buffer: `act` stores the observation, samples an action from
+    the stored (compact) value, as the update will read it, and stores action and log-prob;
+    `record` stores what the step brought.
+
+    Every operation here runs once per step, so at small batches their count is the cost:
+    values are written straight into the buffer (`copy_` casts).
+    """
+
+    def __init__(
+        self,
+        buffer: RolloutBuffer,
+        head: ActionHead,
+        sample: SampleFn,
+        generator: torch.Generator,
+        noise: ExplorationNoise,
+    ) -> None:
+        self.buffer, self.head, self.sample, self.generator = buffer, head, sample, generator
+        self.noise = noise
+
+    def act(self, row: int, obs: torch.Tensor) -> torch.Tensor:
+        buffer = self.buffer
+        stored = buffer.obs[row]
+        stored.copy_(obs)
+        noise = self.noise.draw(self.generator, obs.device)
+        action, logp = self.sample(stored, noise)
+        buffer.actions[row].copy_(action)
+        buffer.logp[row].copy_(logp)
+        return self.head.to_env(action)
+
+    def record(self, row: int, step: RunnerStep) -> None:
+        buffer = self.buffer
+        buffer.rewards[row].copy_(step.reward)
+        buffer.valid[row].copy_(step.alive)
+        buffer.cut[row].copy_(step.ended)
+
+
+class RolloutCheckpoint(NamedTuple):
+    """What a checkpoint holds of a rollout, for one rank."""
+
+    state: dict[str, Any] | None  # this rank's state_dict(); None: other settings or ranks
+    horizon: int  # the steps per sub-env the next collect plays
+    updates: int  # updates done
+    source: str  # where the checkpoint came from, for messages
+
+    @classmethod
+    def for_rank(
+        cls, payload: dict[str, Any], config: GRPOConfig, collective: Collective, source: str
+    ) -> RolloutCheckpoint:
+        """This rank's rollout state in a checkpoint's `payload`, where it was written with the
+        same rollout settings and number of ranks (else `state` is None)."""
+        states, saved = payload.get("rollouts") or [], payload["config"]
+        same = all(saved.get(k) == getattr(config, k) for k in ROLLOUT_FIELDS)
+        ranks = collective.world_size
+        state = states[collective.rank] if same and len(states) == ranks else None
+        return cls(state, int(payload["horizon"]), int(payload["update_index"]), source)

@@ -21,15 +21,16 @@ SEED_STRIDE = 1_000_000_007  # run seeds this far apart never share a group's se
 
 
 class GroupSeeds:
-    """The seeds groups start from at start point `point` (whole episodes: the update; windowed:
-    the n-th restart point), one per group: distinct for every point, rank and run seed."""
+    """The seeds groups start from at the `draw`-th draw (whole episodes: one per update;
+    windowed: one per restart check), one per group: distinct for every draw, rank and run
+    seed."""
 
     def __init__(self, run_seed: int, rank: int, world_size: int, num_groups: int) -> None:
         self.run_seed, self.rank, self.world_size = run_seed, rank, world_size
         self.num_groups = num_groups
 
-    def __call__(self, point: int) -> list[int]:
-        first = (point * self.world_size + self.rank) * self.num_groups
+    def __call__(self, draw: int) -> list[int]:
+        first = (draw * self.world_size + self.rank) * self.num_groups
         return [self.run_seed * SEED_STRIDE + first + g for g in range(self.num_groups)]
 
 
@@ -84,18 +85,18 @@ class GroupRestarts(RestartPolicy):
         self.branch_ended = branch_ended
         device, n = env.device, env.num_envs
         self.leader = torch.arange(n, device=device) // group_size * group_size
-        self.since = torch.zeros(n, device=device)  # steps since the group (re)started
-        self.points = 0  # restart points so far: numbers the groups' seeds
+        self.steps_since_branch = torch.zeros(n, device=device)  # since it (re)started or branched
+        self.seed_draws = 0  # group seeds drawn so far: numbers the next draw
         self.steps = 0
 
     def start(self, runner: EpisodeRunner) -> torch.Tensor:
         obs = self.env.reset_groups(self._group_seeds(), self.group_size)
-        runner.revive()
+        runner.begin_episodes()
         return obs
 
     def _group_seeds(self) -> list[int]:
-        self.points += 1
-        return self.seeds(self.points)
+        self.seed_draws += 1
+        return self.seeds(self.seed_draws)
 
     def after_step(
         self, row: int, step: RunnerStep, runner: EpisodeRunner, buffer: RolloutBuffer
@@ -103,7 +104,7 @@ class GroupRestarts(RestartPolicy):
         obs = step.env.obs
         self.steps += 1
         if self.branch_every:
-            self.since += 1
+            self.steps_since_branch += 1
         if self.steps % self.every:
             return obs
         k = self.group_size
@@ -116,21 +117,22 @@ class GroupRestarts(RestartPolicy):
         if self.branch_ended:
             source = torch.where(~runner.alive & ~fresh, donor, source)
         if self.branch_every:
-            due = (self.since >= self.branch_every) & ~fresh
+            due = (self.steps_since_branch >= self.branch_every) & ~fresh
             source = torch.where(due, donor, source)
             buffer.cut[row] |= due  # the group's paths end here; their returns stop
-            self.since.masked_fill_(due | fresh, 0.0)
+            self.steps_since_branch.masked_fill_(due | fresh, 0.0)
         seeds = self._group_seeds  # only the seeded strategy calls it (host-side)
         obs = self.env.restart(obs, fresh, source, lambda: _per_member(seeds(), k))
-        runner.follow(source, fresh)
+        runner.branch_from(source, fresh)
         return obs
 
     def state_dict(self) -> dict[str, Any]:
-        return {"since": self.since, "points": self.points, "steps": self.steps}
+        # the checkpoint's key names are the file format's
+        return {"since": self.steps_since_branch, "points": self.seed_draws, "steps": self.steps}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.since = state["since"].to(self.since.device)
-        self.points, self.steps = int(state["points"]), int(state["steps"])
+        self.steps_since_branch = state["since"].to(self.steps_since_branch.device)
+        self.seed_draws, self.steps = int(state["points"]), int(state["steps"])
 
 
 class IndependentRestarts(RestartPolicy):
@@ -153,17 +155,17 @@ class IndependentRestarts(RestartPolicy):
 
     def start(self, runner: EpisodeRunner) -> torch.Tensor:
         obs = self.env.reset_groups(self.seeds(0), self.group_size)
-        runner.revive()
+        runner.begin_episodes()
         return obs
 
     def after_step(
         self, row: int, step: RunnerStep, runner: EpisodeRunner, buffer: RolloutBuffer
     ) -> torch.Tensor:
         if self.next_step:
-            runner.revive(self.resetting)  # their reset step has just been played
+            runner.begin_episodes(self.resetting)  # their reset step has just been played
             self.resetting = step.ended
         else:
-            runner.revive(step.ended)
+            runner.begin_episodes(step.ended)
         return step.env.obs
 
     def state_dict(self) -> dict[str, Any]:

@@ -8,10 +8,16 @@ from typing import Any
 import torch
 
 from grpo_trainer.algorithm.policy import ActionHead
-from grpo_trainer.algorithm.rollout.buffer import Rollout, RolloutBuffer, rollout_view
-from grpo_trainer.algorithm.rollout.recorder import ExplorationNoise, Recorder, SampleFn
+from grpo_trainer.algorithm.rollout.buffer import (
+    ExplorationNoise,
+    Recorder,
+    Rollout,
+    RolloutBuffer,
+    RolloutCheckpoint,
+    SampleFn,
+    rollout_view,
+)
 from grpo_trainer.algorithm.rollout.restarts import GroupSeeds
-from grpo_trainer.algorithm.rollout.saved import SavedRollout
 from grpo_trainer.envs.env_io import EnvIO
 from grpo_trainer.envs.episodes import EpisodeRunner, play_until_ended
 
@@ -36,7 +42,7 @@ class EpisodeRollout:
         self.noise, self.seeds = noise, seeds
         self.max_horizon = self.horizon = buffer.rows  # steps the next collect may play
         self.steps_played = 0  # steps each sub-env played in the last collect (the ended idle)
-        self.collects = 0  # numbers the groups' seeds: one start point per update
+        self.collects = 0  # numbers the groups' seed draws: one per update
 
     @torch.inference_mode()
     def collect(self, sample: SampleFn, generator: torch.Generator) -> Rollout:
@@ -65,6 +71,6 @@ class EpisodeRollout:
         """Nothing beyond the horizon and the update count, which the checkpoint holds."""
         return {}
 
-    def resume(self, saved: SavedRollout) -> None:
+    def resume(self, saved: RolloutCheckpoint) -> None:
         self.horizon = min(saved.horizon, self.max_horizon)
         self.collects = saved.updates

@@ -10,12 +10,25 @@ from typing import Any
 import torch
 
 from grpo_trainer.algorithm.policy import ActionHead
-from grpo_trainer.algorithm.rollout.buffer import Rollout, RolloutBuffer, rollout_view
-from grpo_trainer.algorithm.rollout.recorder import ExplorationNoise, Recorder, SampleFn
+from grpo_trainer.algorithm.rollout.buffer import (
+    ExplorationNoise,
+    Recorder,
+    Rollout,
+    RolloutBuffer,
+    RolloutCheckpoint,
+    SampleFn,
+    rollout_view,
+)
 from grpo_trainer.algorithm.rollout.restarts import RestartPolicy
-from grpo_trainer.algorithm.rollout.saved import SavedRollout
+from grpo_trainer.base.checkpoint import CheckpointError
 from grpo_trainer.envs.env_io import EnvIO
 from grpo_trainer.envs.episodes import EpisodeRunner
+
+# The entries of `WindowedRollout.state_dict()` (its checkpoint's key names are the file
+# format's: "own" holds `EpisodeRunner.from_start`).
+STATE_KEYS = frozenset(
+    ("env", "obs", "alive", "returns", "lengths", "own", "noise", "carry", "restarts")
+)
 
 
 class WindowedRollout:
@@ -72,13 +85,13 @@ class WindowedRollout:
             "alive": runner.alive,
             "returns": runner.returns,
             "lengths": runner.lengths,
-            "own": runner.own,
+            "own": runner.from_start,
             "noise": self.noise.last,
             "carry": {k: t[buffer.trained_rows :] for k, t in buffer.tensors.items()},
             "restarts": self.restarts.state_dict(),
         }
 
-    def resume(self, saved: SavedRollout) -> None:
+    def resume(self, saved: RolloutCheckpoint) -> None:
         """Continue the episodes a checkpoint left in play, where it holds them for this rank;
         else every sub-env starts a new one."""
         if saved.state is None:
@@ -89,11 +102,17 @@ class WindowedRollout:
                 stacklevel=3,
             )
             return
-        self.load_state_dict(saved.state)
+        self.load_state_dict(saved.state, saved.source)
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], source: str = "the state") -> None:
         if not state:
             return
+        missing = sorted(STATE_KEYS - set(state))
+        if missing:
+            raise CheckpointError(
+                f"{source}: its rollout state lacks {', '.join(missing)} (written by another "
+                "version of grpo_trainer?), so its episodes cannot be continued"
+            )
         if state["env"] is None:
             warnings.warn(
                 f"{type(self.env.envs).__name__} offers no state snapshots: after this resume "
@@ -111,9 +130,8 @@ class WindowedRollout:
         runner.alive = state["alive"].to(device)
         runner.returns = state["returns"].to(device)
         runner.lengths = state["lengths"].to(device)
-        if "own" in state:  # checkpoints before branch_ended counted every episode
-            runner.own = state["own"].to(device)
-        if state.get("noise") is not None:
+        runner.from_start = state["own"].to(device)
+        if state["noise"] is not None:
             self.noise.last = state["noise"].to(device)
         for name, t in self.buffer.tensors.items():
             t[self.buffer.trained_rows :] = state["carry"][name].to(device)
