@@ -76,14 +76,14 @@ def test_every_path_resolves_the_same_config(
 
 def test_the_budget_sets_the_batch_and_learning_rate_through_the_cli() -> None:
     """The case that had gone wrong: a budget given as a flag derives its own batch."""
-    small, default = _cli("--total-env-steps", "300000"), _cli()
-    assert (small.num_envs, small.minibatch_size) == (128, 512)
-    assert small.lr == pytest.approx(1e-2 * (512 / 4096) ** 0.5)
+    small, default = _cli("--total-env-steps", "1000000"), _cli()
+    assert (small.num_envs, small.minibatch_size) == (256, 1024)
+    assert small.lr == pytest.approx(1e-2 * (1024 / 4096) ** 0.5)
     assert (default.num_envs, default.minibatch_size, default.lr) == (1024, 4096, 1e-2)
 
 
 def test_given_values_are_kept_and_only_the_rest_derived(tmp_path: Path) -> None:
-    config = _cli("--total-env-steps", "300000", "--num-groups", "64", "--lr", "0.002")
+    config = _cli("--total-env-steps", "1000000", "--num-groups", "64", "--lr", "0.002")
     assert (config.num_groups, config.lr) == (64, 0.002)
     assert config.minibatch_size == 64 * 8 * 32 // 8  # from the given batch
     assert config.derived == ("minibatch_size", "window", "gamma", "epochs")
@@ -98,7 +98,8 @@ def test_given_values_are_kept_and_only_the_rest_derived(tmp_path: Path) -> None
 def test_config_json_names_what_was_derived(written_config: Path) -> None:
     data = json.loads(written_config.read_text())
     assert data["_derived"] == list(DERIVED_FIELDS)
-    assert data["window"] == 128 and data["num_groups"] == 8  # resolved values are recorded
+    resolved = GRPOConfig(total_env_steps=4096).num_groups
+    assert data["window"] == 128 and data["num_groups"] == resolved  # the values it resolved
     rebudgeted = GRPOConfig.from_dict({**data, "total_env_steps": 2_500_000})
     assert rebudgeted.num_groups == GRPOConfig().num_groups == 128  # derived anew
 

@@ -18,10 +18,12 @@ from typing import Any, Literal, get_args, get_origin
 
 # The batch a run gets by default follows its budget (docs/trainer.md, "Defaults that
 # transfer"): about UPDATES_PER_RUN updates, each a power of two of samples between
-# MIN_SAMPLES and MAX_SAMPLES, cut into MINIBATCHES minibatches. A 300k-step budget gets 2048
-# samples per update (146 updates); 1M, 8192 (122); 2.5M and more, 16384-32768.
-UPDATES_PER_RUN = 128
-MIN_SAMPLES, MAX_SAMPLES = 2_048, 32_768
+# MIN_SAMPLES and MAX_SAMPLES, cut into MINIBATCHES minibatches. Below FULL_BUDGET env steps a
+# run makes more, smaller updates (the batch shrinks with the budget squared): a sparse signal
+# takes hold only over many updates. 300k steps get 1024 samples per update (293 updates);
+# 500k, 2048 (244); 1M, 8192 (122); 2.5M and more, 32768.
+UPDATES_PER_RUN, FULL_BUDGET = 128, 1_000_000
+MIN_SAMPLES, MAX_SAMPLES = 1_024, 32_768
 MINIBATCHES = 8
 SAMPLES_PER_UPDATE = MAX_SAMPLES  # the most a default update holds: one trust region
 # The window follows the env's episode limit L: about L / 5 steps, a power of two between
@@ -40,10 +42,12 @@ DERIVED_FIELDS = ("num_groups", "minibatch_size", "lr", "window", "gamma", "epoc
 
 
 def samples_per_update(total_env_steps: int) -> int:
-    """The default update size for a budget: `total_env_steps / UPDATES_PER_RUN` rounded up
-    to a power of two (so a run makes between half of UPDATES_PER_RUN and all of them),
-    within [MIN_SAMPLES, MAX_SAMPLES]."""
-    target = max(total_env_steps / UPDATES_PER_RUN, 1.0)
+    """The default update size for a budget: `total_env_steps / UPDATES_PER_RUN`, scaled by
+    `total_env_steps / FULL_BUDGET` below FULL_BUDGET, rounded up to a power of two (so a run
+    of FULL_BUDGET or more makes between half of UPDATES_PER_RUN and all of them), within
+    [MIN_SAMPLES, MAX_SAMPLES]."""
+    short = min(1.0, total_env_steps / FULL_BUDGET)
+    target = max(total_env_steps / UPDATES_PER_RUN * short, 1.0)
     return min(max(2 ** math.ceil(math.log2(target)), MIN_SAMPLES), MAX_SAMPLES)
 
 
