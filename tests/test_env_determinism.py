@@ -16,7 +16,10 @@ from gymnasium.vector import AutoresetMode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fruit_env import FruitCatcherVectorEnv, core, rng
+from fruit_env import FruitCatcherVectorEnv
+from fruit_env.games.fruit_catcher import params as rules_params
+from fruit_env.games.fruit_catcher.env import FruitState
+from fruit_env.kit import rng
 
 SHORT = {"width": 8, "height": 6, "win_score": 3, "lose_score": -3, "max_episode_steps": 11}
 MODES = list(AutoresetMode)
@@ -222,7 +225,7 @@ def test_hash_agrees_across_python_numpy_and_torch(
         assert rng.draw(np.full(8, key, dtype=np.int64), ctr_np).tolist() == expected
         ctr_t = torch.tensor(counters, dtype=torch.int64)
         assert rng.draw(torch.full((8,), key, dtype=torch.int64), ctr_t).tolist() == expected
-        columns = [rng.column(b, width) for b in expected]
+        columns = [rules_params.column(b, width) for b in expected]
         assert all(0 <= c < width for c in columns)
 
 
@@ -275,5 +278,5 @@ def test_mutating_outputs_does_not_change_the_game(mode: AutoresetMode) -> None:
             assert torch.equal(a, b)
         assert torch.equal(got[4]["_episode"], expected[4]["_episode"])
         mutate_outputs(got)
-    for name, a, b in zip(core.FruitState._fields, dirty.state, clean.state, strict=True):
+    for name, a, b in zip(FruitState._fields, dirty.state, clean.state, strict=True):
         assert torch.equal(a, b), name
