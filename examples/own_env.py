@@ -44,7 +44,7 @@ class TreasureHunt(TensorGame[Hunt]):
         return Hunt(hunter.to(torch.int32), treasure.to(torch.int32), zero, zero.float())
 
     def advance(self, state: Hunt, action: torch.Tensor, bits: torch.Tensor) -> Step:
-        hunter = (state.hunter + 2 * action.to(torch.int32) - 1).clamp(0, self.cells - 1)
+        hunter = (state.hunter + 2 * action - 1).clamp(0, self.cells - 1)
         found = hunter == state.treasure
         reward = torch.where(found, 1.0, -0.01)
         t = state.t + 1

@@ -59,7 +59,8 @@ def make_state(
 def step(params: FruitParams, state: FruitState, action: torch.Tensor) -> tuple[FruitState, Step]:
     """One step of the readable rules, drawing from each game's key and counter (which
     advances, as the env's does)."""
-    result = FruitCatcher(params).advance(state.board, action, rng.draw(state.key, state.counter))
+    bits = rng.draw(state.key, state.counter)
+    result = FruitCatcher(params).advance(state.board, action.to(torch.int32), bits)
     return FruitState(*result.state, state.key, state.counter + 1), result
 
 

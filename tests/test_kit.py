@@ -68,7 +68,7 @@ class RandomWalk(TensorGame[Walk]):
 
     def advance(self, state: Walk, action: torch.Tensor, bits: torch.Tensor) -> Step:
         gust = ((bits >> 8) % 4 == 0).to(torch.int32)  # a quarter of the steps
-        position = (state.position + action.to(torch.int32) - 1 + gust).clamp(0, 9)
+        position = (state.position + action - 1 + gust).clamp(0, 9)
         won, lost = position == 9, position == 0
         reward = won.to(torch.float32) - lost.to(torch.float32)
         t = state.t + 1

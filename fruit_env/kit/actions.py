@@ -2,7 +2,8 @@
 `validate_actions` setting, chosen when it is set, so that the env's `step` tests no flag.
 
 Reading a value back from a GPU costs a sync, so the check comes in three kinds
-(docs/env.md, "Action validation"). Each hands the step actions in range:
+(docs/env.md, "Action validation"). Each hands the step the actions in range, as int32 (the
+games' integer type: no dtype promotion in their arithmetic):
 
 * `ImmediateCheck`: reads the actions' range on the host and raises before the step;
 * `DeferredCheck`: the actions are clamped; the first offending sub-env and its value stay
@@ -21,7 +22,7 @@ SETTINGS = (True, False, "immediate", "deferred")
 
 class ActionCheck(Protocol):
     def __call__(self, actions: torch.Tensor) -> torch.Tensor:
-        """`actions` in `[0, num_actions)` (or an error)."""
+        """`actions` in `[0, num_actions)` as int32 (or an error)."""
         ...
 
 
@@ -32,7 +33,7 @@ class NoCheck:
         self.high = num_actions - 1
 
     def __call__(self, actions: torch.Tensor) -> torch.Tensor:
-        return actions.clamp(0, self.high)
+        return actions.clamp(0, self.high).to(torch.int32)  # clamped first: no wrap-around
 
 
 class ImmediateCheck:
@@ -45,7 +46,7 @@ class ImmediateCheck:
         low, high = torch.aminmax(actions)
         if int(low) < 0 or int(high) >= self.num_actions:  # host reads: free on the CPU
             raise invalid_action_error(actions, self.num_actions)
-        return actions
+        return actions.to(torch.int32)
 
 
 class DeferredCheck:
@@ -63,7 +64,7 @@ class DeferredCheck:
         torch.where(self.flag, self.first, actions, out=self.first)
         self.flag.logical_or_((clamped != actions).any())
         self.unchecked_steps += 1
-        return clamped
+        return clamped.to(torch.int32)
 
     def raise_pending(self) -> None:
         """Raise the `ValueError` of the first invalid action since the last call, once (a

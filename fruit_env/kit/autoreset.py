@@ -12,7 +12,8 @@ value; a reset draws from the current one. So a sub-env's game depends only on i
 counter and its actions.
 
 A state is used only before the call that replaces it, so a game's faster form may restart
-in place.
+in place. The counters advance in place, and the reward a game's step returns is masked in
+place (a game returns fresh tensors).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Transition(NamedTuple):
     """Everything one vector step produces."""
 
     running: Running  # the next state
-    counter: torch.Tensor  # (N,) int64, the next random-draw counters
+    counter: torch.Tensor  # (N,) int64, the next random-draw counters (the same tensor)
     obs: torch.Tensor
     reward: torch.Tensor  # (N,) float32
     terminated: torch.Tensor  # (N,) bool
@@ -67,13 +68,13 @@ def next_step(
     episode = game.episode(step.state)
     pending = running.pending
     new = game.restart(step.state, pending, bits)
-    playing = ~pending
-    terminated, truncated = step.terminated & playing, step.truncated & playing
+    # A flag counts where the sub-env was playing (True > False: the flag, and not pending).
+    terminated, truncated = step.terminated > pending, step.truncated > pending
     ended = terminated | truncated
-    reward = torch.where(pending, 0.0, step.reward)
+    reward = step.reward.masked_fill_(pending, 0.0)
     running = Running(new, ended.clone())  # `ended` is handed out: the env keeps a copy
     return Transition(
-        running, counter + 1, game.observe(new), reward, terminated, truncated, ended,
+        running, counter.add_(1), game.observe(new), reward, terminated, truncated, ended,
         episode, None,
     )  # fmt: skip
 
@@ -94,8 +95,8 @@ def same_step(
     final_obs = game.observe(step.state)
     new = game.restart(step.state, ended, draw(key, counter + 1))
     return Transition(
-        Running(new, running.pending), counter + 1 + ended, game.observe(new), step.reward,
-        step.terminated, step.truncated, ended, episode, final_obs,
+        Running(new, running.pending), counter.add_(1).add_(ended), game.observe(new),
+        step.reward, step.terminated, step.truncated, ended, episode, final_obs,
     )  # fmt: skip
 
 
@@ -112,7 +113,7 @@ def disabled(
     episode = game.episode(step.state)
     ended = step.terminated | step.truncated
     return Transition(
-        Running(step.state, running.pending), counter + 1, game.observe(step.state),
+        Running(step.state, running.pending), counter.add_(1), game.observe(step.state),
         step.reward, step.terminated, step.truncated, ended, episode, None,
     )  # fmt: skip
 
@@ -133,9 +134,9 @@ def reset(
     mask: torch.Tensor,
 ) -> tuple[Running, torch.Tensor]:
     """A new game where `mask` is true, drawn from the current counter (which advances
-    there); a pending NEXT_STEP restart of those sub-envs is dropped."""
+    there, in place); a pending NEXT_STEP restart of those sub-envs is dropped."""
     new = game.restart(running.game, mask, draw(key, counter))
-    return Running(new, running.pending & ~mask), counter + mask
+    return Running(new, running.pending & ~mask), counter.add_(mask)
 
 
 class EagerStepper:
@@ -145,16 +146,17 @@ class EagerStepper:
 
     def __init__(self, form: TensorGame[Any], layout: Layout, mode: AutoresetMode) -> None:
         self.form, self.layout, self._step = form, layout, STEPS[mode]
+        self._draw = rng.EagerDraw()
 
     def step(
         self, running: Running, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
     ) -> Transition:
-        return self._step(self.form, rng.draw_inplace, self._adopt(running), key, counter, action)
+        return self._step(self.form, self._draw, self._adopt(running), key, counter, action)
 
     def reset(
         self, running: Running, key: torch.Tensor, counter: torch.Tensor, mask: torch.Tensor
     ) -> tuple[Running, torch.Tensor]:
-        return reset(self.form, rng.draw_inplace, self._adopt(running), key, counter, mask)
+        return reset(self.form, self._draw, self._adopt(running), key, counter, mask)
 
     def observe(self, running: Running) -> torch.Tensor:
         return self.form.observe(self._adopt(running).game)

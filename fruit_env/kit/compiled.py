@@ -44,7 +44,7 @@ from fruit_env.kit.layout import Layout, Packed
 
 log = logging.getLogger("fruit_env")
 
-FORMAT = 2  # part of every package name: bump it to retire all cached packages
+FORMAT = 3  # part of every package name: bump it to retire all cached packages
 EXAMPLE_ENVS = 64  # the batch size the graph is traced with (any size runs it)
 CHOICES = (True, False, "auto")
 
@@ -112,7 +112,7 @@ class CompiledStepper:
         self, running: Running, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
     ) -> Transition:
         rows = self._own(running)
-        out = self._loader.boxed_run([rows, key, counter, action.to(torch.int64).contiguous()])
+        out = self._loader.boxed_run([rows, key, counter, action.contiguous()])
         # One tensor per flag (not views of one): DLPack consumers such as JAX copy those.
         terminated, truncated, ended = (flag.to(torch.bool) for flag in out[2])
         episode = tuple(out[3 : 3 + len(self.game.episode_fields)])
@@ -177,7 +177,7 @@ def build(
         torch.zeros((layout.rows + 1, n), dtype=torch.int32, device=device),
         torch.zeros(n, dtype=torch.int64, device=device),
         torch.zeros(n, dtype=torch.int64, device=device),
-        torch.ones(n, dtype=torch.int64, device=device),
+        torch.ones(n, dtype=torch.int32, device=device),
     )
     envs = torch.export.Dim("num_envs", min=1)
     dynamic = ({1: envs}, {0: envs}, {0: envs}, {0: envs})
@@ -209,10 +209,9 @@ class _Graph(torch.nn.Module):
         self, rows: torch.Tensor, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
     ) -> tuple[torch.Tensor, ...]:
         running = Running(self.layout.unpack(rows[:-1]), rows[-1] != 0)
-        t = self.step(self.game, rng.draw, running, key, counter, action)
+        t = self.step(self.game, rng.draw, running, key, counter, action)  # counter in place
         pending = t.running.pending.to(torch.int32)[None]
         rows.copy_(torch.cat([self.layout.pack(t.running.game), pending]))
-        counter.copy_(t.counter)
         flags = torch.stack([flag.to(torch.int32) for flag in (t.terminated, t.truncated, t.ended)])
         out = (t.obs, t.reward, flags, *t.episode)
         return out if t.final_obs is None else (*out, t.final_obs)

@@ -24,7 +24,8 @@ S = TypeVar("S")  # a game's state: a NamedTuple of (num_envs, ...) tensors
 
 
 class Step(NamedTuple):
-    """What one step of a game gives: the next state and its outcome."""
+    """What one step of a game gives: the next state and its outcome, all fresh tensors (the
+    kit may write into the reward and flags)."""
 
     state: Any  # the game's state type
     reward: torch.Tensor  # (N,) float32
@@ -63,7 +64,7 @@ class TensorGame(Generic[S]):
         raise NotImplementedError
 
     def advance(self, state: S, action: torch.Tensor, bits: torch.Tensor) -> Step:
-        """One step of every game: `action` (N,) integers in `[0, num_actions)`, `bits` the
+        """One step of every game: `action` (N,) int32 in `[0, num_actions)`, `bits` the
         step's random bits. Must not change `state`'s tensors."""
         raise NotImplementedError
 

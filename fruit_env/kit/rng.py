@@ -51,14 +51,22 @@ def draw(key: T, counter: T) -> T:
     return mix32(key ^ mix32(counter & MASK32))  # type: ignore[operator]
 
 
-def draw_inplace(key: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
-    """`draw` for eager steps: the same bits in one fresh tensor, every operation in place
-    (an eager operation that allocates costs more than one that does not)."""
-    x = torch.bitwise_and(counter, MASK32)
-    tmp = torch.empty_like(x)
-    _mix32_(x, tmp)
-    _mix32_(x.bitwise_xor_(key), tmp)
-    return x
+class EagerDraw:
+    """`draw` for eager steps: the same bits in one fresh tensor, every operation in place on
+    it or on a scratch tensor kept between calls (an eager operation that allocates costs
+    more than one that does not)."""
+
+    def __init__(self) -> None:
+        self._tmp: torch.Tensor | None = None
+
+    def __call__(self, key: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
+        x = torch.bitwise_and(counter, MASK32)
+        tmp = self._tmp
+        if tmp is None or tmp.shape != x.shape or tmp.device != x.device:
+            tmp = self._tmp = torch.empty_like(x)
+        _mix32_(x, tmp)
+        _mix32_(x.bitwise_xor_(key), tmp)
+        return x
 
 
 _C1, _C2 = signed32(0x7FEB352D), signed32(0x846CA68B)  # mix32's multipliers

@@ -146,7 +146,7 @@ def advance(
 ) -> None:
     """`FruitCatcher.advance`: the board of `old` after one step into `new`'s board rows, and
     the per-env change of the statistics into `scratch.delta` (row 0: the reward). `new`'s
-    statistics rows are left alone. `action` holds 0/1/2; `column` and
+    statistics rows are left alone. `action` holds int32 0/1/2; `column` and
     `spawn_bits` are the step's draw."""
     p, sc = params, scratch
     s = p.max_fruits

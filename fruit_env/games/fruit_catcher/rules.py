@@ -98,7 +98,7 @@ class FruitCatcher(TensorGame[Board]):
         p, height = self.params, self.params.height
         coin = spawn_bits(bits) < p.spawn_threshold
         new_column = column(bits, p.width).to(torch.int32)
-        basket = (state.basket + action.to(torch.int32) - 1).clamp(0, p.max_basket_x)
+        basket = (state.basket + action - 1).clamp(0, p.max_basket_x)
         basket_end = basket + p.basket_width
 
         fall_y, falling, landed, caught, too_high = [], [], [], [], []
