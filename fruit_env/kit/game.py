@@ -60,7 +60,8 @@ class TensorGame(Generic[S]):
     packed_state = False  # True: the functions take and give `layout.Packed` states
 
     def initial(self, bits: torch.Tensor) -> S:
-        """A new game per sub-env, from `bits` (N,) int64 random bits."""
+        """A new game per sub-env, from `bits` (N,) int64 random bits (a faster form that
+        defines `restart` needs none)."""
         raise NotImplementedError
 
     def advance(self, state: S, action: torch.Tensor, bits: torch.Tensor) -> Step:

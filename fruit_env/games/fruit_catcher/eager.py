@@ -26,9 +26,8 @@ from typing import NamedTuple
 import torch
 
 from fruit_env.games.fruit_catcher.params import BASKET_PIXEL, FRUIT_PIXEL, FruitParams
-from fruit_env.games.fruit_catcher.rules import FruitCatcher
-from fruit_env.kit import Step
-from fruit_env.kit.layout import Layout, Packed
+from fruit_env.kit import Step, TensorGame
+from fruit_env.kit.layout import Packed
 
 
 class Rows(NamedTuple):
@@ -251,16 +250,17 @@ OBSERVERS = {"features": features, "pixels": pixels}
 # -- the game ----------------------------------------------------------------------------------
 
 
-class PackedFruitCatcher(FruitCatcher):
-    """`FruitCatcher` whose state is `Packed` rows kept in two buffers of its own, used in
-    turns: a step reads one and writes the other, and a restart works in place. A state it
-    did not write (a restore, a planted state) is copied in first. Nothing it hands out is
-    a view of its buffers."""
+class PackedFruitCatcher(TensorGame[Packed]):
+    """`FruitCatcher`'s step, restart, observation and episode on `Packed` rows kept in two
+    buffers of its own, used in turns: a step reads one and writes the other, and a restart
+    works in place. A state it did not write (a restore, a planted state) is copied in first.
+    Nothing it hands out is a view of its buffers. The kit asks it for nothing else (spaces,
+    rendering and the rest are the readable game's)."""
 
     packed_state = True
 
     def __init__(self, params: FruitParams, num_envs: int, device: torch.device) -> None:
-        super().__init__(params)
+        self.params = params
         self.scratch = Scratch(params, num_envs, device)
         shape = (3 * params.max_fruits + 5, num_envs)
         self._buffers = [
@@ -279,11 +279,7 @@ class PackedFruitCatcher(FruitCatcher):
             rows.packed.copy_(state.board.T)
         return rows
 
-    def initial(self, bits: torch.Tensor) -> Packed:  # type: ignore[override]
-        board = super().initial(bits)
-        return Packed(Layout(board).pack(board).T)
-
-    def advance(self, state: Packed, action: torch.Tensor, bits: torch.Tensor) -> Step:  # type: ignore[override]
+    def advance(self, state: Packed, action: torch.Tensor, bits: torch.Tensor) -> Step:
         p, sc = self.params, self.scratch
         old, new = self.rows(state), self._buffers[1]
         self._buffers.reverse()
@@ -293,20 +289,20 @@ class PackedFruitCatcher(FruitCatcher):
         reward = sc.reward.to(torch.float32)
         return Step(new.state, reward, terminated(p, new), truncated(p, new))
 
-    def episode(self, state: Packed) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+    def episode(self, state: Packed) -> tuple[torch.Tensor, ...]:
         # Four rows, each starting on a 64-byte boundary (DLPack consumers such as JAX copy
         # unaligned arrays).
         rows = self.rows(state)
         score, *counts = _aligned_rows(rows.stats).copy_(rows.stats).unbind()
         return (score.to(torch.float32), *counts)
 
-    def restart(self, state: Packed, mask: torch.Tensor, bits: torch.Tensor) -> Packed:  # type: ignore[override]
+    def restart(self, state: Packed, mask: torch.Tensor, bits: torch.Tensor) -> Packed:
         rows = self.rows(state)
         column, _ = self._decode(bits)
         restart(self.params, rows, self.scratch.mask.copy_(mask), column, self.scratch)
         return rows.state
 
-    def observe(self, state: Packed) -> torch.Tensor:  # type: ignore[override]
+    def observe(self, state: Packed) -> torch.Tensor:
         return self._observe(self.params, self.rows(state), self.scratch)
 
     def _decode(self, bits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

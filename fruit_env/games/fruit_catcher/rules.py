@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from fruit_env.games.fruit_catcher import render
+from fruit_env.games.fruit_catcher.eager import PackedFruitCatcher
 from fruit_env.games.fruit_catcher.params import (
     BASKET_PIXEL,
     FRUIT_PIXEL,
@@ -196,8 +197,6 @@ class FruitCatcher(TensorGame[Board]):
 
     def eager_form(self, num_envs: int, device: torch.device) -> TensorGame[Any]:
         """The same rules as few eager kernels on packed rows (`eager.py`)."""
-        from fruit_env.games.fruit_catcher.eager import PackedFruitCatcher
-
         return PackedFruitCatcher(self.params, num_envs, device)
 
 
