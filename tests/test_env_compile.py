@@ -217,3 +217,25 @@ def test_the_compiled_step_reads_nothing_on_the_host(shared_cache: Path, validat
 def test_compile_is_checked() -> None:
     with pytest.raises(ValueError, match=r"compile must be True, False or 'auto', got 'fast'"):
         FruitCatcherVectorEnv(2, compile="fast")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=[m.name for m in AutoresetMode])
+def test_the_compiled_step_on_cuda_plays_the_eager_games(mode: AutoresetMode) -> None:
+    """On CUDA ("auto" compiles there) the compiled step gives the eager step's games bit
+    for bit, across episode ends and a reset that replaces the state."""
+    rules: dict[str, Any] = {**SHORT, "autoreset_mode": mode, "validate_actions": False}
+    plays = []
+    for choice in (True, False):
+        env = FruitCatcherVectorEnv(7, device="cuda", compile=choice, **rules)
+        assert env.compiled is choice
+        gen = torch.Generator(device="cuda").manual_seed(5)
+        outputs = [env.reset(seed=5)[0]]
+        for step in range(40):
+            out = env.step(torch.randint(0, 3, (7,), generator=gen, device="cuda"))
+            outputs += [*out[:4], *out[4]["episode"].values()]
+            if step == 20:
+                outputs.append(env.reset(seed=6)[0])
+        plays.append([*outputs, *env.state])
+    for got, expected in zip(*plays, strict=True):
+        assert torch.equal(got, expected)

@@ -91,6 +91,7 @@ class CompiledStepper:
     which the package rewrites in place with the counters (with half the row pointers to
     keep, one graph for every size runs as fast as one per size: docs/performance.md). A
     state from elsewhere (a reset, a restore, a planted state) is packed into a new buffer.
+    Resets and the observations they give run eagerly, on the readable rules.
     """
 
     def __init__(
@@ -104,6 +105,7 @@ class CompiledStepper:
         index = device.index if device.type == "cuda" and device.index is not None else -1
         self._loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, index)
         self.game, self.layout, self.path = game, layout, path
+        self._eager = EagerStepper(game, layout, mode)
         self._same_step = mode == AutoresetMode.SAME_STEP
         self._rows: torch.Tensor | None = None
         self._state: Packed | None = None  # the state held in `_rows`
@@ -125,13 +127,10 @@ class CompiledStepper:
     def reset(
         self, running: Running, key: torch.Tensor, counter: torch.Tensor, mask: torch.Tensor
     ) -> tuple[Running, torch.Tensor]:
-        readable = Running(self.layout.state(running.game), running.pending)
-        return EagerStepper(self.game, self.layout, AutoresetMode.DISABLED).reset(
-            readable, key, counter, mask
-        )
+        return self._eager.reset(running, key, counter, mask)
 
     def observe(self, running: Running) -> torch.Tensor:
-        return self.game.observe(self.layout.state(running.game))
+        return self._eager.observe(running)
 
     def _own(self, running: Running) -> torch.Tensor:
         """The buffer that holds `running` (a new one unless the package wrote it)."""

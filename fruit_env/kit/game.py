@@ -24,8 +24,8 @@ S = TypeVar("S")  # a game's state: a NamedTuple of (num_envs, ...) tensors
 
 
 class Step(NamedTuple):
-    """What one step of a game gives: the next state and its outcome, all fresh tensors (the
-    kit may write into the reward and flags)."""
+    """What one step of a game gives: the next state and its outcome, all fresh tensors, none
+    of them a field of the state (the kit hands them out, and masks the reward in place)."""
 
     state: Any  # the game's state type
     reward: torch.Tensor  # (N,) float32
