@@ -211,9 +211,9 @@ def pixels_by_definition(p: FruitParams, rows: torch.Tensor) -> torch.Tensor:
     for i in range(rows.shape[1]):
         left = int(board.basket[i])
         image[i, 0, p.height - 1, left : left + p.basket_width] = 128
-        for x, y, active in zip(board.fruit_x[i], board.fruit_y[i], board.active[i], strict=True):
-            if active:
-                image[i, 0, int(y), int(x)] = 255
+        for x, y, active in zip(board.fruit_x, board.fruit_y, board.active, strict=True):
+            if active[i]:
+                image[i, 0, int(y[i]), int(x[i])] = 255
     return image
 
 

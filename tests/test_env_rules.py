@@ -61,14 +61,14 @@ def step(params: FruitParams, state: FruitState, action: torch.Tensor) -> tuple[
     advances, as the env's does)."""
     bits = rng.draw(state.key, state.counter)
     result = FruitCatcher(params).advance(state.board, action.to(torch.int32), bits)
-    return FruitState(*result.state, state.key, state.counter + 1), result
+    return FruitState.of(result.state, state.key, state.counter + 1), result
 
 
 def reset(params: FruitParams, state: FruitState, mask: torch.Tensor) -> FruitState:
     """A new game where `mask` holds, drawn from the current counter (which advances there)."""
     bits = rng.draw(state.key, state.counter)
     board = FruitCatcher(params).restart(state.board, mask, bits)
-    return FruitState(*board, state.key, state.counter + mask)
+    return FruitState.of(board, state.key, state.counter + mask)
 
 
 def features(params: FruitParams, state: FruitState) -> torch.Tensor:

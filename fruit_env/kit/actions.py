@@ -2,13 +2,13 @@
 `validate_actions` setting, chosen when it is set, so that the env's `step` tests no flag.
 
 Reading a value back from a GPU costs a sync, so the check comes in three kinds
-(docs/env.md, "Action validation"). Each hands the step the actions in range, as int32 (the
-games' integer type: no dtype promotion in their arithmetic):
+(docs/env.md, "Action validation"). Each hands the stepper the actions in range:
 
 * `ImmediateCheck`: reads the actions' range on the host and raises before the step;
 * `DeferredCheck`: the actions are clamped; the first offending sub-env and its value stay
   on the device until `raise_pending()`, at the caller's next sync;
-* `NoCheck`: the actions are clamped.
+* `Clamp` (`validate_actions=False`): the actions are clamped; `NoCheck` instead where the
+  stepper clamps them itself (the compiled step, inside its graph: no kernel of its own).
 """
 
 from __future__ import annotations
@@ -22,18 +22,25 @@ SETTINGS = (True, False, "immediate", "deferred")
 
 class ActionCheck(Protocol):
     def __call__(self, actions: torch.Tensor) -> torch.Tensor:
-        """`actions` in `[0, num_actions)` as int32 (or an error)."""
+        """`actions` in `[0, num_actions)` (or an error)."""
         ...
 
 
-class NoCheck:
+class Clamp:
     """`validate_actions=False`: out-of-range actions are clamped, and nothing is said."""
 
     def __init__(self, num_actions: int) -> None:
         self.high = num_actions - 1
 
     def __call__(self, actions: torch.Tensor) -> torch.Tensor:
-        return actions.clamp(0, self.high).to(torch.int32)  # clamped first: no wrap-around
+        return actions.clamp(0, self.high)
+
+
+class NoCheck:
+    """`validate_actions=False` where the stepper clamps the actions itself."""
+
+    def __call__(self, actions: torch.Tensor) -> torch.Tensor:
+        return actions
 
 
 class ImmediateCheck:
@@ -46,7 +53,7 @@ class ImmediateCheck:
         low, high = torch.aminmax(actions)
         if int(low) < 0 or int(high) >= self.num_actions:  # host reads: free on the CPU
             raise invalid_action_error(actions, self.num_actions)
-        return actions.to(torch.int32)
+        return actions
 
 
 class DeferredCheck:
@@ -64,7 +71,7 @@ class DeferredCheck:
         torch.where(self.flag, self.first, actions, out=self.first)
         self.flag.logical_or_((clamped != actions).any())
         self.unchecked_steps += 1
-        return clamped.to(torch.int32)
+        return clamped
 
     def raise_pending(self) -> None:
         """Raise the `ValueError` of the first invalid action since the last call, once (a

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import torch
 from gymnasium.vector import AutoresetMode
 
-from fruit_env.kit import rng
+from fruit_env.kit import actions, rng
 from fruit_env.kit.game import TensorGame
 from fruit_env.kit.layout import Layout, Packed
 
@@ -151,7 +151,13 @@ class EagerStepper:
     def step(
         self, running: Running, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
     ) -> Transition:
+        """The mode's step; `action` in range, of any integer dtype (the game gets int32)."""
+        action = action.to(torch.int32)
         return self._step(self.form, self._draw, self._adopt(running), key, counter, action)
+
+    def unchecked(self, num_actions: int) -> actions.ActionCheck:
+        """The action check of `validate_actions=False`: a clamp."""
+        return actions.Clamp(num_actions)
 
     def reset(
         self, running: Running, key: torch.Tensor, counter: torch.Tensor, mask: torch.Tensor

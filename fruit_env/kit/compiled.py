@@ -37,14 +37,14 @@ from typing import Any
 import torch
 from gymnasium.vector import AutoresetMode
 
-from fruit_env.kit import rng
+from fruit_env.kit import actions, rng
 from fruit_env.kit.autoreset import STEPS, EagerStepper, Running, Transition
 from fruit_env.kit.game import TensorGame
 from fruit_env.kit.layout import Layout, Packed
 
 log = logging.getLogger("fruit_env")
 
-FORMAT = 3  # part of every package name: bump it to retire all cached packages
+FORMAT = 4  # part of every package name: bump it to retire all cached packages
 EXAMPLE_ENVS = 64  # the batch size the graph is traced with (any size runs it)
 CHOICES = (True, False, "auto")
 
@@ -107,19 +107,24 @@ class CompiledStepper:
         self.game, self.layout, self.path = game, layout, path
         self._eager = EagerStepper(game, layout, mode)
         self._same_step = mode == AutoresetMode.SAME_STEP
+        self._next_step = mode == AutoresetMode.NEXT_STEP
         self._rows: torch.Tensor | None = None
         self._state: Packed | None = None  # the state held in `_rows`
 
     def step(
         self, running: Running, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
     ) -> Transition:
+        """The mode's step; `action` of any integer dtype, clamped in the graph."""
         rows = self._own(running)
-        out = self._loader.boxed_run([rows, key, counter, action.contiguous()])
+        out = self._loader.boxed_run([rows, key, counter, action.to(torch.int64).contiguous()])
         # One tensor per flag (not views of one): DLPack consumers such as JAX copy those.
         terminated, truncated, ended = (flag.to(torch.bool) for flag in out[2])
         episode = tuple(out[3 : 3 + len(self.game.episode_fields)])
         final_obs = out[-1] if self._same_step else None
-        running = Running(self._state, rows[-1] != 0)
+        # Pending restarts: NEXT_STEP's are the episodes that just ended (a copy: `ended` is
+        # handed out); the other modes have none.
+        pending = ended.clone() if self._next_step else running.pending
+        running = Running(self._state, pending)
         return Transition(
             running, counter, out[0], out[1], terminated, truncated, ended, episode, final_obs
         )
@@ -128,6 +133,10 @@ class CompiledStepper:
         self, running: Running, key: torch.Tensor, counter: torch.Tensor, mask: torch.Tensor
     ) -> tuple[Running, torch.Tensor]:
         return self._eager.reset(running, key, counter, mask)
+
+    def unchecked(self, num_actions: int) -> actions.ActionCheck:
+        """The action check of `validate_actions=False`: none (the graph clamps)."""
+        return actions.NoCheck()
 
     def observe(self, running: Running) -> torch.Tensor:
         return self._eager.observe(running)
@@ -176,7 +185,7 @@ def build(
         torch.zeros((layout.rows + 1, n), dtype=torch.int32, device=device),
         torch.zeros(n, dtype=torch.int64, device=device),
         torch.zeros(n, dtype=torch.int64, device=device),
-        torch.ones(n, dtype=torch.int32, device=device),
+        torch.ones(n, dtype=torch.int64, device=device),
     )
     envs = torch.export.Dim("num_envs", min=1)
     dynamic = ({1: envs}, {0: envs}, {0: envs}, {0: envs})
@@ -208,9 +217,10 @@ class _Graph(torch.nn.Module):
         self, rows: torch.Tensor, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
     ) -> tuple[torch.Tensor, ...]:
         running = Running(self.layout.unpack(rows[:-1]), rows[-1] != 0)
+        action = action.clamp(0, self.game.num_actions - 1).to(torch.int32)
         t = self.step(self.game, rng.draw, running, key, counter, action)  # counter in place
         pending = t.running.pending.to(torch.int32)[None]
-        rows.copy_(torch.cat([self.layout.pack(t.running.game), pending]))
+        rows.copy_(torch.cat([*self.layout.blocks(t.running.game), pending]))
         flags = torch.stack([flag.to(torch.int32) for flag in (t.terminated, t.truncated, t.ended)])
         out = (t.obs, t.reward, flags, *t.episode)
         return out if t.final_obs is None else (*out, t.final_obs)

@@ -108,4 +108,5 @@ def _select(mask: torch.Tensor, fresh: Any, state: Any) -> Any:
     if isinstance(state, torch.Tensor):
         where = mask.view(-1, *([1] * (state.dim() - 1)))
         return torch.where(where, fresh, state)
-    return type(state)(*(_select(mask, f, s) for f, s in zip(fresh, state, strict=True)))
+    fields = [_select(mask, f, s) for f, s in zip(fresh, state, strict=True)]
+    return type(state)(*fields) if hasattr(state, "_fields") else tuple(fields)

@@ -10,8 +10,8 @@ where one tensor serves better than many:
   docs/performance.md);
 * a game's faster eager form (`TensorGame.eager_form`), which works on the rows in place.
 
-The rows follow the fields in order, nested NamedTuples depth first; a field of shape
-`(N, a, b)` takes `a * b` rows in row-major order. bool and integer fields are stored as
+The rows follow the fields in order, nested NamedTuples and tuples depth first; a field of
+shape `(N, a, b)` takes `a * b` rows in row-major order. bool and integer fields are stored as
 int32 values, float32 fields bit for bit.
 """
 
@@ -64,22 +64,27 @@ class Layout:
             start = self.fields[-1].stop if self.fields else 0
             self.fields.append(Field(name, tuple(node.shape[1:]), node.dtype, start))
             return None
-        if not (isinstance(node, tuple) and hasattr(node, "_fields")):
+        if not isinstance(node, tuple) or (not path and not hasattr(node, "_fields")):
             raise ValueError(
-                f"a game state is a NamedTuple of tensors; {path or 'the state'} is a "
-                f"{type(node).__name__}"
+                f"a game state is a NamedTuple of tensors (or of tuples of them); "
+                f"{path or 'the state'} is a {type(node).__name__}"
             )
-        children = [self._read(v, f"{path}.{k}" if path else k) for k, v in node._asdict().items()]
+        names = node._fields if hasattr(node, "_fields") else [str(i) for i in range(len(node))]
+        paths = [f"{path}.{name}" if path else name for name in names]
+        children = [self._read(v, p) for p, v in zip(paths, node, strict=True)]
         return (type(node), children)
 
     def pack(self, state: Any) -> torch.Tensor:
         """The `(rows, N)` int32 tensor of `state` (a state of this layout, or `Packed`)."""
         if isinstance(state, Packed):
             return state.board.T
+        return torch.cat(self.blocks(state), 0)
+
+    def blocks(self, state: Any) -> list[torch.Tensor]:
+        """The rows of each field of `state`, as `(k, N)` int32 tensors in layout order."""
         leaves = _leaves(state)
         n = leaves[0].shape[0]
-        blocks = [_as_int32(leaf).reshape(n, -1).T for leaf in leaves]
-        return torch.cat(blocks, 0) if len(blocks) > 1 else blocks[0].contiguous()
+        return [_as_int32(leaf).reshape(n, -1).T for leaf in leaves]
 
     def unpack(self, rows: torch.Tensor) -> Any:
         """The state whose packed rows are `rows` (views of them where the dtype allows)."""
@@ -113,7 +118,8 @@ def _build(tree: Any, leaves: Any) -> Any:
     if tree is None:
         return next(leaves)
     kind, children = tree
-    return kind(*(_build(child, leaves) for child in children))
+    built = (_build(child, leaves) for child in children)
+    return kind(*built) if hasattr(kind, "_fields") else kind(built)
 
 
 def _as_int32(leaf: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,7 @@ from gymnasium.vector.utils import batch_space
 from fruit_env.kit import actions, compiled, inputs, rng
 from fruit_env.kit.autoreset import Running
 from fruit_env.kit.game import TensorGame
-from fruit_env.kit.layout import Layout, packed
+from fruit_env.kit.layout import Layout, Packed, packed
 
 
 class SubEnvSnapshot(NamedTuple):
@@ -107,12 +107,11 @@ class TensorVectorEnv(VectorEnv):
             * np.dtype(game.observation_space.dtype or np.float32).itemsize
         )
         inputs.check_size(game, 4 * self.layout.rows, obs_bytes, self.num_envs, self.device)
-        self._deferred: actions.DeferredCheck | None = None  # made by the first deferred setting
-        self.validate_actions = validate_actions  # type: ignore[assignment]
-
         self._stepper = compiled.stepper(
             compile, game, self.layout, mode, self.num_envs, self.device
         )
+        self._deferred: actions.DeferredCheck | None = None  # made by the first deferred setting
+        self.validate_actions = validate_actions  # type: ignore[assignment]
         self.compiled = isinstance(self._stepper, compiled.CompiledStepper)  # which step runs
         self._key = torch.from_numpy(rng.seed_keys(rng.fresh_seeds(self.num_envs))).to(self.device)
         self._counter = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
@@ -201,6 +200,7 @@ class TensorVectorEnv(VectorEnv):
             self._stepper = compiled.stepper(
                 False, self.game, self.layout, self.autoreset_mode, 1, self.device
             )
+            self.validate_actions = self._validate  # the check that goes with that stepper
             self._running = self._empty(1)
             self._needs_reset = self._closed = True
 
@@ -229,7 +229,7 @@ class TensorVectorEnv(VectorEnv):
             self._deferred = self._deferred or actions.DeferredCheck(n, self.num_envs, self.device)
             self._check: actions.ActionCheck = self._deferred
         else:
-            self._check = actions.ImmediateCheck(n) if check else actions.NoCheck(n)
+            self._check = actions.ImmediateCheck(n) if check else self._stepper.unchecked(n)
 
     def check_actions(self) -> None:
         """Raise a `ValueError` naming the first sub-env, and its value, that got an action
@@ -290,7 +290,9 @@ class TensorVectorEnv(VectorEnv):
     def _pack(self, running: Running) -> torch.Tensor:
         """`running` as packed rows, the pending row last."""
         pending = running.pending.to(torch.int32)[None]
-        return torch.cat([self.layout.pack(running.game), pending])
+        if isinstance(running.game, Packed):
+            return torch.cat([running.game.board.T, pending])
+        return torch.cat([*self.layout.blocks(running.game), pending])
 
     # -- the game state ------------------------------------------------------------------------
 
@@ -303,11 +305,11 @@ class TensorVectorEnv(VectorEnv):
     def game_state(self, state: Any) -> None:
         """Plant a state (for analysis and tests: a scenario built by hand). Pending
         NEXT_STEP restarts stay; the state must be one the rules can reach."""
-        n = self.layout.pack(state).shape[1]
+        rows = self.layout.pack(state).clone()  # the env's own copy
         pending = self._running.pending
-        if pending.shape[0] != n:
-            pending = torch.zeros(n, dtype=torch.bool, device=self.device)
-        self._running = Running(state, pending)
+        if pending.shape[0] != rows.shape[1]:
+            pending = torch.zeros(rows.shape[1], dtype=torch.bool, device=self.device)
+        self._running = Running(packed(rows), pending)
 
     @property
     def pending(self) -> torch.Tensor:
@@ -321,6 +323,7 @@ def _select_rows(running: Running, index: torch.Tensor) -> Running:
     def select(node: Any) -> Any:
         if isinstance(node, torch.Tensor):
             return node.index_select(0, index)
-        return type(node)(*(select(child) for child in node))
+        fields = [select(child) for child in node]
+        return type(node)(*fields) if hasattr(node, "_fields") else tuple(fields)
 
     return select(running)

@@ -33,7 +33,24 @@ class FruitState(NamedTuple):
 
     @property
     def board(self) -> Board:
-        return Board(*self[: len(Board._fields)])
+        """The board, its fruit slots unrolled as the rules keep them."""
+        return Board(
+            self.basket,
+            self.fruit_x.unbind(1),
+            self.fruit_y.unbind(1),
+            self.active.unbind(1),
+            self.score,
+            self.t,
+            self.caught,
+            self.missed,
+        )
+
+    @classmethod
+    def of(cls, board: Board, key: torch.Tensor, counter: torch.Tensor) -> FruitState:
+        """The board with its fruit slots stacked into `(N, S)` tensors, and the randomness."""
+        slots = (torch.stack(field, 1) for field in (board.fruit_x, board.fruit_y, board.active))
+        return cls(board.basket, *slots, board.score, board.t, board.caught, board.missed,
+                   key, counter)  # fmt: skip
 
 
 class FruitCatcherVectorEnv(TensorVectorEnv):
@@ -69,7 +86,7 @@ class FruitCatcherVectorEnv(TensorVectorEnv):
     @property
     def state(self) -> FruitState:
         """A copy of the current game state and randomness (for analysis and tests)."""
-        return FruitState(*self.game_state, self._key.clone(), self._counter.clone())
+        return FruitState.of(self.game_state, self._key.clone(), self._counter.clone())
 
     @state.setter
     def state(self, state: FruitState) -> None:

@@ -7,10 +7,11 @@ then at most one fruit spawns in row 0 (always when fewer than `min_fruits` fall
 `spawn_prob` when fewer than `max_fruits` fall and the highest is `min_spawn_gap` rows down).
 A new game has the basket centred and one fruit in row 0 of slot 0.
 
-The step computes on the fruit slots unrolled into `(N,)` tensors, so that the compiled step
-fuses into one vectorised loop over the envs (with `(S, N)` blocks inductor splits it into
-several loops: docs/performance.md). Masks select by arithmetic (`x * keep` for
-`torch.where(keep, x, 0)`): the same integers.
+The state holds the fruit slots unrolled, one `(N,)` tensor per slot and field, so that the
+compiled step fuses into one vectorised loop over the envs (with `(N, S)` or `(S, N)` blocks
+inductor splits it into several loops and stores bool blocks element by element:
+docs/performance.md). Masks select by arithmetic (`x * keep` for `torch.where(keep, x, 0)`):
+the same integers.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ class Board(NamedTuple):
     """The state of `num_envs` games. Inactive fruit slots hold x = y = 0."""
 
     basket: torch.Tensor  # (N,) int32, left edge of the basket
-    fruit_x: torch.Tensor  # (N, S) int32 column of each fruit slot
-    fruit_y: torch.Tensor  # (N, S) int32 row of each fruit slot (0 = top)
-    active: torch.Tensor  # (N, S) bool, slot holds a falling fruit
+    fruit_x: tuple[torch.Tensor, ...]  # S x (N,) int32, the column of each fruit slot
+    fruit_y: tuple[torch.Tensor, ...]  # S x (N,) int32, the row of each slot (0 = top)
+    active: tuple[torch.Tensor, ...]  # S x (N,) bool, the slot holds a falling fruit
     score: torch.Tensor  # (N,) int32, caught minus missed this episode
     t: torch.Tensor  # (N,) int32, steps taken this episode
     caught: torch.Tensor  # (N,) int32, fruits caught this episode
@@ -77,22 +78,20 @@ class FruitCatcher(TensorGame[Board]):
         return f"{type(self).__name__}({self.params!r})"
 
     def initial(self, bits: torch.Tensor) -> Board:
-        p = self.params
-        n, s, device = bits.shape[0], p.max_fruits, bits.device
-        first = torch.arange(s, device=device) == 0  # slot 0 holds the new fruit
+        p, others = self.params, range(self.params.max_fruits - 1)
 
-        def zeros(*shape: int) -> torch.Tensor:
-            return torch.zeros(shape, dtype=torch.int32, device=device)
+        def zeros(dtype: torch.dtype = torch.int32) -> torch.Tensor:
+            return torch.zeros(bits.shape, dtype=dtype, device=bits.device)
 
-        return Board(
-            basket=zeros(n) + p.max_basket_x // 2,
-            fruit_x=column(bits, p.width).to(torch.int32)[:, None] * first,
-            fruit_y=zeros(n, s),
-            active=first.expand(n, s).contiguous(),
-            score=zeros(n),
-            t=zeros(n),
-            caught=zeros(n),
-            missed=zeros(n),
+        return Board(  # slot 0 holds the new fruit
+            basket=zeros() + p.max_basket_x // 2,
+            fruit_x=(column(bits, p.width).to(torch.int32), *(zeros() for _ in others)),
+            fruit_y=tuple(zeros() for _ in range(p.max_fruits)),
+            active=(zeros(torch.bool) | True, *(zeros(torch.bool) for _ in others)),
+            score=zeros(),
+            t=zeros(),
+            caught=zeros(),
+            missed=zeros(),
         )
 
     def advance(self, state: Board, action: torch.Tensor, bits: torch.Tensor) -> Step:
@@ -103,8 +102,7 @@ class FruitCatcher(TensorGame[Board]):
         basket_end = basket + p.basket_width
 
         fall_y, falling, landed, caught, too_high = [], [], [], [], []
-        slots = state.fruit_x.unbind(1), state.fruit_y.unbind(1), state.active.unbind(1)
-        for x, y, active in zip(*slots, strict=True):
+        for x, y, active in zip(state.fruit_x, state.fruit_y, state.active, strict=True):
             y = y + active  # active fruits drop one row
             lands = active & (y >= height - 1)
             stays = active ^ lands  # lands implies active
@@ -120,7 +118,7 @@ class FruitCatcher(TensorGame[Board]):
         count = _count(falling)
         spawn = (count < p.min_fruits) | ((count < p.max_fruits) & ~_any(too_high) & coin)
         fruit_x, fruit_y, active = [], [], []
-        for x, y, stays in zip(state.fruit_x.unbind(1), fall_y, falling, strict=True):
+        for x, y, stays in zip(state.fruit_x, fall_y, falling, strict=True):
             new = spawn & ~stays  # the new fruit, if any, takes the first free slot
             spawn = spawn & stays
             fruit_x.append(x * stays + new_column * new)
@@ -131,9 +129,9 @@ class FruitCatcher(TensorGame[Board]):
         t = state.t + 1
         board = Board(
             basket=basket,
-            fruit_x=torch.stack(fruit_x, 1),
-            fruit_y=torch.stack(fruit_y, 1),
-            active=torch.stack(active, 1),
+            fruit_x=tuple(fruit_x),
+            fruit_y=tuple(fruit_y),
+            active=tuple(active),
             score=score,
             t=t,
             caught=state.caught + n_caught,
@@ -161,8 +159,7 @@ class FruitCatcher(TensorGame[Board]):
         p = self.params
         x_max, y_max = p.width - 1, p.height - 1
         columns = [(state.basket.to(torch.float32) + (p.basket_width - 1) / 2) / x_max]
-        slots = state.fruit_x.unbind(1), state.fruit_y.unbind(1), state.active.unbind(1)
-        for x, y, active in zip(*slots, strict=True):
+        for x, y, active in zip(state.fruit_x, state.fruit_y, state.active, strict=True):
             columns += [x / x_max, y / y_max, active.to(torch.float32)]
         return torch.stack(columns, 1)
 
@@ -177,8 +174,9 @@ class FruitCatcher(TensorGame[Board]):
         p = self.params
         n, h, w, device = state.basket.shape[0], p.height, p.width, state.basket.device
         image = torch.zeros((n, h * w), dtype=torch.uint8, device=device)
-        fruit_cells = (state.fruit_y * w + state.fruit_x).to(torch.int64)
-        fruit = state.active.to(torch.uint8) * FRUIT_PIXEL
+        fruit_y, fruit_x = torch.stack(state.fruit_y, 1), torch.stack(state.fruit_x, 1)
+        fruit_cells = (fruit_y * w + fruit_x).to(torch.int64)
+        fruit = torch.stack(state.active, 1).to(torch.uint8) * FRUIT_PIXEL
         image = image.scatter_reduce(1, fruit_cells, fruit, "amax")
         left = (state.basket.to(torch.int64) + (h - 1) * w)[:, None]
         basket_cells = left + torch.arange(p.basket_width, device=device)
