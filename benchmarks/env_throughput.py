@@ -1,5 +1,6 @@
-"""Env-steps per second of FruitCatcher-v0: the vector env's eager and compiled steps against a
-naive eager torch version of the same game (benchmarks/naive_env.py), timed in one run.
+"""Env-steps per second of FruitCatcher-v0: the vector env's eager and compiled steps against
+the game's readable rules run eagerly on the kit (what a game gets with no form of its own and
+no compile: the straightforward torch version), timed in one run.
 
     python benchmarks/env_throughput.py            # full: 64 .. 65536 envs (CPU), both obs modes
     python benchmarks/env_throughput.py --quick    # 1024 and 16384 envs, fewer blocks
@@ -10,24 +11,22 @@ What one run does, in order (CPU; CUDA is the same without the cold phase's mean
 
 1. Points `FRUIT_ENV_CACHE_DIR` at an empty folder (or `--cache-dir`): the state of a new
    machine. `gymnasium.make_vec("FruitCatcher-v0", num_envs=N)`, the default, runs the eager
-   step there (`compile="auto"` does not compile on the CPU); recorded.
+   step on the CPU (`compile="auto"` compiles on CUDA only); recorded.
 2. Builds the compiled step in a fresh process with an empty inductor cache too: the
    once-per-machine compile time.
-3. Starts a second fresh process that makes the default env, resets it and steps once, for
-   two sizes: how soon a new process steps once the package is cached (wall time from
+3. Starts a second fresh process that makes a `compile=True` env, resets it and steps once,
+   for two sizes: how soon a new process steps once the package is cached (wall time from
    interpreter start, `import torch` and the rest, and from the env's construction).
 4. Times, at each size, in turns (one block of each variant, round after round, so that a
-   change in a shared machine's load hits all alike): the naive version ("naive"), the eager
-   step (`compile=False`: the default with no cached package), the compiled step
-   (`compile=True`: the default once cached), and Gymnasium's `SyncVectorEnv` of the
-   single-game env at small sizes. Ratios are to the naive version's median block at that
-   size, and per round (the paired ratio: the median over rounds of the two blocks' ratio).
-5. Times the compiled step built for one size (static shapes) against the one built for
-   every size (dynamic batch dimension), in turns: what the single package costs.
+   change in a shared machine's load hits all alike): the readable rules run eagerly
+   ("readable"), the eager step (`compile=False`, the CPU default: the rules' eager form),
+   the compiled step (`compile=True`), and Gymnasium's `SyncVectorEnv` of the single-game
+   env at small sizes. Ratios are to the readable rules' median block at that size, and per
+   round (the paired ratio: the median over rounds of the two blocks' ratio).
 
 Actions are random integers in {0, 1, 2}, generated before timing as a bank of int64 tensors
 on the device; each step takes the next. Envs use their defaults (NEXT_STEP autoreset,
-action validation: on the CPU one flag read per step; the naive version checks nothing).
+action validation: on the CPU one flag read per step).
 On CUDA a block ends with `torch.cuda.synchronize()`. The JSON (`benchmarks/results/`)
 keeps every block, the machine, the versions and the settings.
 """
@@ -51,19 +50,16 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_info, median_time, write_result
-from naive_env import NaiveFruitCatcher
 
-import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
-from fruit_env import FruitParams
+import fruit_env  # registers FruitCatcher-v0
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_SIZES = (64, 256, 1024, 4096, 16384, 65536)
 GPU_SIZES = (64, 1024, 16384, 65536, 262144, 1048576, 4194304)
-PIXEL_SIZES = (256, 4096, 16384)  # the naive pixel step takes ~0.1 s at 16384 envs
+PIXEL_SIZES = (256, 4096, 16384)
 SYNC_SIZES = (64, 256)
 QUICK_SIZES = (1024, 16384)
 REFERENCE_ENVS = 16384
@@ -131,24 +127,36 @@ def time_variants(
     return out
 
 
+def readable_env(n: int, device: torch.device, obs_mode: str) -> Any:
+    """FruitCatcher's readable rules run eagerly on the kit, without the rules' eager form."""
+    from fruit_env.games.fruit_catcher.rules import FruitCatcher
+    from fruit_env.kit import TensorVectorEnv
+
+    class Readable(FruitCatcher):
+        def eager_form(self, num_envs: int, device: torch.device) -> FruitCatcher:
+            return self
+
+    game = Readable(fruit_env.FruitParams(obs_mode=obs_mode))
+    return TensorVectorEnv(game, n, device=device, compile=False)
+
+
 def bench_size(
     n: int, obs_mode: str, device: torch.device, repeats: int, quick: bool, sync_sizes: tuple
 ) -> list[dict[str, Any]]:
-    """Naive, eager, compiled (and SyncVectorEnv) at one size, in turns."""
+    """Readable, eager, compiled (and SyncVectorEnv) at one size, in turns."""
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     actions = action_bank(n, device)
-    naive_divide = 40 if obs_mode == "pixels" else 1
     variants: dict[str, tuple[Callable[[], None], int]] = {}
-    naive = NaiveFruitCatcher(n, device=device, obs_mode=obs_mode)
-    naive.reset()
-    steps = block_steps(n, quick, naive_divide)
-    variants["naive"] = (make_stepper(naive, actions, steps), steps)
     flags: dict[str, bool] = {}
-    for name, choice in (("eager", False), ("compiled", True)):
-        env = make_env(n, device, obs_mode, compile=choice)
+    steps = block_steps(n, quick)
+    envs = {
+        "readable": readable_env(n, device, obs_mode),
+        "eager": make_env(n, device, obs_mode, compile=False),
+        "compiled": make_env(n, device, obs_mode, compile=True),
+    }
+    for name, env in envs.items():
         env.reset(seed=0)
         flags[name] = env.compiled
-        steps = block_steps(n, quick)
         variants[name] = (make_stepper(env, actions, steps), steps)
     if n in sync_sizes and obs_mode == "features":
         env = gym.make_vec("FruitCatcher-v0", num_envs=n, vectorization_mode="sync")
@@ -160,7 +168,7 @@ def bench_size(
         run()  # warm-up block
     timed = time_variants(variants, n, repeats, sync)
     rows = []
-    base = timed["naive"]
+    base = timed["readable"]
     for name, row in timed.items():
         paired = [
             (n * row["steps_per_block"] / t) / (n * base["steps_per_block"] / b)
@@ -173,8 +181,8 @@ def bench_size(
                 "num_envs": n,
                 **row,
                 "compiled": flags.get(name),
-                "over_naive": row["env_steps_per_s"] / base["env_steps_per_s"],
-                "over_naive_paired": statistics.median(paired),
+                "over_readable": row["env_steps_per_s"] / base["env_steps_per_s"],
+                "over_readable_paired": statistics.median(paired),
             }
         )
         print_row(rows[-1])
@@ -184,13 +192,13 @@ def bench_size(
 def print_row(row: dict[str, Any]) -> None:
     print(
         f"{row['obs_mode']:<8} {row['impl']:<15} {row['num_envs']:>9,} envs "
-        f"{row['env_steps_per_s']:>15,.0f} env-steps/s  {row['over_naive']:7.2f}x naive "
-        f"(paired {row['over_naive_paired']:.2f}x)",
+        f"{row['env_steps_per_s']:>15,.0f} env-steps/s  {row['over_readable']:7.2f}x readable "
+        f"(paired {row['over_readable_paired']:.2f}x)",
         flush=True,
     )
 
 
-# -- compile cost, second process, static vs dynamic ----------------------------------------
+# -- compile cost, second process ------------------------------------------------------------
 
 
 _FIRST_STEP = """
@@ -201,7 +209,7 @@ import gymnasium as gym
 import fruit_env
 t1 = time.perf_counter()
 n, obs_mode, device = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-env = gym.make_vec("FruitCatcher-v0", num_envs=n, obs_mode=obs_mode, device=device)
+env = gym.make_vec("FruitCatcher-v0", num_envs=n, obs_mode=obs_mode, device=device, compile=True)
 env.reset(seed=0)
 env.step(torch.ones(n, dtype=torch.int64, device=device))
 if device.startswith("cuda"):
@@ -268,64 +276,6 @@ def cold_then_warm(obs_mode: str, device: torch.device, sizes: tuple[int, ...]) 
     return result
 
 
-def static_vs_dynamic(n: int, device: torch.device, repeats: int, quick: bool) -> dict[str, Any]:
-    """What one package for every size costs: the compiled NEXT_STEP features step built for
-    `n` envs only (static shapes) against the package for every size (dynamic batch
-    dimension), as whole `env.step` calls and as bare calls of the compiled step, in turns."""
-    from fruit_env import compiled  # here: --ab workers import this file with older fruit_envs
-
-    params, mode = FruitParams(), AutoresetMode.NEXT_STEP
-    sync = torch.cuda.synchronize if device.type == "cuda" else None
-    actions = action_bank(n, device)
-    count = block_steps(n, quick)
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "static.pt2"
-        started = time.perf_counter()
-        compiled.build(params, mode, device, path, static_envs=n)
-        build_s = time.perf_counter() - started
-        envs, bare = {}, {}
-        for name in ("static", "dynamic"):
-            env = make_env(n, device, "features", compile=True).unwrapped
-            if name == "static":  # the same env with the one-size package plugged in
-                static = compiled.CompiledStep(path, mode, device)
-                env._step = compiled.CompiledEnvStep(static, env.params)
-            env.reset(seed=0)
-            envs[f"env.step, {name}"] = (make_stepper(env, actions, count), count)
-            bare[f"compiled step alone, {name}"] = (_bare(env, actions, count), count)
-        variants = {**envs, **bare}
-        for run, _ in variants.values():
-            run()
-        timed = time_variants(variants, n, max(repeats, 9), sync)
-    result: dict[str, Any] = {"num_envs": n, "static_build_seconds": build_s, "rows": timed}
-    for what in ("env.step", "compiled step alone"):
-        dynamic, static = timed[f"{what}, dynamic"], timed[f"{what}, static"]
-        paired = [
-            d / s for d, s in zip(dynamic["block_seconds"], static["block_seconds"], strict=True)
-        ]
-        ratio = statistics.median(dynamic["block_seconds"]) / statistics.median(
-            static["block_seconds"]
-        )
-        result[what] = {"dynamic_over_static_time": ratio, "paired": statistics.median(paired)}
-        print(
-            f"{what} at {n:,} envs, the package for every size vs one for this size: "
-            f"{ratio:.3f}x the time (paired {statistics.median(paired):.3f}x)",
-            flush=True,
-        )
-    return result
-
-
-def _bare(env: Any, actions: torch.Tensor, count: int) -> Callable[[], None]:
-    """`count` calls of an env's compiled step alone on the env's state."""
-    step, key = env._step.loaded, env._key
-    state = [env._packed.clone(), env._counter.clone()]
-
-    def run() -> None:
-        for i in range(count):
-            step(state[0], key, state[1], actions[i % len(actions)])  # in place
-
-    return run
-
-
 def copy_bandwidth(device: torch.device) -> dict[str, float]:
     """GB/s (bytes read + written) of `dst.copy_(src)`: 256 MiB (memory) and 2 MiB (cache),
     median of 7 timings: the roofline's memory ceiling."""
@@ -347,11 +297,11 @@ def _minor_faults() -> int:
 
 
 def summary_table(rows: list[dict[str, Any]], obs_mode: str) -> str:
-    """Markdown: env-steps/s and the ratio to naive per size and variant."""
+    """Markdown: env-steps/s and the ratio to the readable rules per size and variant."""
     mine = [r for r in rows if r["obs_mode"] == obs_mode]
     by = {(r["impl"], r["num_envs"]): r for r in mine}
     lines = [
-        "| num_envs | naive | eager | compiled | eager / naive | compiled / naive "
+        "| num_envs | readable | eager | compiled | eager / readable | compiled / readable "
         "| SyncVectorEnv |",
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -363,11 +313,11 @@ def summary_table(rows: list[dict[str, Any]], obs_mode: str) -> str:
 
         def ratio(impl: str, n: int = n) -> str:
             row = by.get((impl, n))
-            return f"{row['over_naive']:.1f}x" if row else "-"
+            return f"{row['over_readable']:.2f}x" if row else "-"
 
         lines.append(
-            f"| {n:,} | {rate('naive')} | {rate('eager')} | {rate('compiled')} | {ratio('eager')} "
-            f"| {ratio('compiled')} | {rate('gymnasium_sync')} |"
+            f"| {n:,} | {rate('readable')} | {rate('eager')} | {rate('compiled')} "
+            f"| {ratio('eager')} | {ratio('compiled')} | {rate('gymnasium_sync')} |"
         )
     return "\n".join(lines)
 
@@ -376,7 +326,8 @@ def summary_table(rows: list[dict[str, Any]], obs_mode: str) -> str:
 
 
 def ab_main(args: argparse.Namespace, sizes: tuple[int, ...], device: torch.device) -> None:
-    """Each (size, eager/compiled) with `fruit_env` from each revision, in fresh processes."""
+    """Each (size, eager/compiled) with `fruit_env` from each revision, in fresh processes,
+    the revisions in turns, `--repeats` rounds (default 3)."""
     rounds = args.repeats or 3
     results: dict[str, list[dict[str, Any]]] = {rev: [] for rev in args.ab}
     with tempfile.TemporaryDirectory() as tmp:
@@ -432,8 +383,8 @@ def ab_main(args: argparse.Namespace, sizes: tuple[int, ...], device: torch.devi
 
 
 def ab_worker(job: dict[str, Any]) -> None:
-    """One round for `--ab`: eager and compiled at each size, 3 timed blocks each (works with
-    revisions from before the naive version: only the env's own `compile` flag is used)."""
+    """One round for `--ab`: eager and compiled at each size, 3 timed blocks each (only the
+    env's own `compile` flag is used, which every revision has)."""
     if job["threads"]:
         torch.set_num_threads(job["threads"])
     device = torch.device(job["device"])
@@ -509,15 +460,14 @@ def main() -> None:
     for obs_mode, mode_sizes in (("features", sizes), ("pixels", pixel_sizes)):
         for n in mode_sizes:
             rows += bench_size(n, obs_mode, device, repeats, args.quick, sync_sizes)
-    dynamic = static_vs_dynamic(REFERENCE_ENVS, device, repeats, args.quick)
     tables = {obs_mode: summary_table(rows, obs_mode) for obs_mode in ("features", "pixels")}
     for obs_mode, table in tables.items():
         print(f"\n{obs_mode}\n{table}")
     summary = {
         f"{r['obs_mode']} {r['impl']} {r['num_envs']}": {
             "env_steps_per_s": r["env_steps_per_s"],
-            "over_naive": r["over_naive"],
-            "over_naive_paired": r["over_naive_paired"],
+            "over_readable": r["over_readable"],
+            "over_readable_paired": r["over_readable_paired"],
         }
         for r in rows
     }
@@ -540,7 +490,6 @@ def main() -> None:
                 "fruit_env_cache_dir": "given" if args.cache_dir else "new, empty",
             },
             "startup": startup,
-            "static_vs_dynamic": dynamic,
             "summary": summary,
             "tables": tables,
             "rows": rows,

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from gymnasium.vector import VectorWrapper
 
 from fruit_env import FruitCatcherVectorEnv
-from fruit_env.wrappers import DLPackView
+from fruit_env.interop.wrappers import DLPackView
 
 
 @jax.jit

@@ -1,4 +1,4 @@
-"""Stable-Baselines3 PPO on Fruit Catcher through `fruit_env.adapters.sb3.SB3VecEnv`.
+"""Stable-Baselines3 PPO on Fruit Catcher through `fruit_env.interop.sb3.SB3VecEnv`.
 
     pip install -e '.[sb3]'
     python examples/sb3_ppo.py --total-steps 200000 --num-envs 64 --seed 0
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from stable_baselines3 import PPO
 
-from fruit_env.adapters.sb3 import SB3VecEnv
+from fruit_env.interop.sb3 import SB3VecEnv
 
 Policy = Callable[[np.ndarray], np.ndarray]
 

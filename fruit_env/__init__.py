@@ -1,4 +1,9 @@
-"""Fruit Catcher: a Gymnasium vector environment whose whole state lives in torch tensors.
+"""Torch-native Gymnasium vector envs: a kit for writing them, and the games built with it.
+
+* `fruit_env.kit`: any game written as pure tensor functions (`TensorGame`) as a vector env
+  whose whole state lives in torch tensors on one device (`TensorVectorEnv`).
+* `fruit_env.games`: Fruit Catcher on the kit.
+* `fruit_env.interop`: zero-copy views for numpy/JAX/CuPy, and adapters for other RL code.
 
 Importing this package registers `FruitCatcher-v0`:
 
@@ -6,12 +11,19 @@ Importing this package registers `FruitCatcher-v0`:
     env = gymnasium.make("FruitCatcher-v0")                                   # one numpy game
 """
 
-from fruit_env.params import FruitParams
+from fruit_env.games.fruit_catcher import FruitCatcherEnv, FruitCatcherVectorEnv, FruitParams
+from fruit_env.kit import TensorGame, TensorVectorEnv
 from fruit_env.registration import ENV_ID, register_envs
-from fruit_env.single_env import FruitCatcherEnv
-from fruit_env.vector_env import FruitCatcherVectorEnv
 
 register_envs()
 
-__all__ = ["ENV_ID", "FruitCatcherEnv", "FruitCatcherVectorEnv", "FruitParams", "register_envs"]
+__all__ = [
+    "ENV_ID",
+    "FruitCatcherEnv",
+    "FruitCatcherVectorEnv",
+    "FruitParams",
+    "TensorGame",
+    "TensorVectorEnv",
+    "register_envs",
+]
 __version__ = "0.1.0"

@@ -23,8 +23,8 @@ from typing import Any, TextIO
 import gymnasium as gym
 import torch
 
+from fruit_env.games.fruit_catcher.env import FruitCatcherVectorEnv
 from fruit_env.registration import ENV_ID, register_envs
-from fruit_env.vector_env import FruitCatcherVectorEnv
 
 LEFT, STAY, RIGHT = 0, 1, 2
 QUIT = -1  # not an env action: what `action_for_key` returns for the quit key

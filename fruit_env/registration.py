@@ -14,7 +14,7 @@ def register_envs() -> None:
         return
     gym.register(
         id=ENV_ID,
-        entry_point="fruit_env.single_env:FruitCatcherEnv",
-        vector_entry_point="fruit_env.vector_env:FruitCatcherVectorEnv",
+        entry_point="fruit_env.games.fruit_catcher.single_env:FruitCatcherEnv",
+        vector_entry_point="fruit_env.games.fruit_catcher.env:FruitCatcherVectorEnv",
         max_episode_steps=MAX_EPISODE_STEPS,
     )

@@ -4,7 +4,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from fruit_env.params import OBS_MODES
+from fruit_env.games.fruit_catcher.params import OBS_MODES
 
 
 @st.composite

@@ -16,7 +16,10 @@ from gymnasium.vector import AutoresetMode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fruit_env import FruitCatcherVectorEnv, core, rng
+from fruit_env import FruitCatcherVectorEnv
+from fruit_env.games.fruit_catcher import params as rules_params
+from fruit_env.games.fruit_catcher.env import FruitState
+from fruit_env.kit import rng
 
 SHORT = {"width": 8, "height": 6, "win_score": 3, "lose_score": -3, "max_episode_steps": 11}
 MODES = list(AutoresetMode)
@@ -211,8 +214,9 @@ def test_seed_keys_distinct_below_2_pow_32() -> None:
 def test_hash_agrees_across_python_numpy_and_torch(
     seeds: list[int], counters: list[int], width: int
 ) -> None:
-    """Every random draw is the same computed on Python ints, numpy int64 and torch int64
-    (what makes CPU and CUDA games identical); columns fall in [0, width)."""
+    """Every random draw is the same computed on Python ints, numpy int64 and torch int64,
+    functionally or in place (what makes CPU and CUDA, eager and compiled games identical);
+    columns fall in [0, width)."""
     keys_np = rng.seed_keys(np.array(seeds, dtype=np.uint64))
     assert keys_np.tolist() == [rng.seed_key(s) for s in seeds]
     for key in keys_np.tolist():
@@ -222,7 +226,11 @@ def test_hash_agrees_across_python_numpy_and_torch(
         assert rng.draw(np.full(8, key, dtype=np.int64), ctr_np).tolist() == expected
         ctr_t = torch.tensor(counters, dtype=torch.int64)
         assert rng.draw(torch.full((8,), key, dtype=torch.int64), ctr_t).tolist() == expected
-        columns = [rng.column(b, width) for b in expected]
+        eager = rng.EagerDraw()  # the eager steps' in-place form, its scratch reused
+        for size in (8, 3, 8):
+            key_t = torch.full((size,), key, dtype=torch.int64)
+            assert eager(key_t, ctr_t[:size]).tolist() == expected[:size]
+        columns = [rules_params.column(b, width) for b in expected]
         assert all(0 <= c < width for c in columns)
 
 
@@ -275,5 +283,5 @@ def test_mutating_outputs_does_not_change_the_game(mode: AutoresetMode) -> None:
             assert torch.equal(a, b)
         assert torch.equal(got[4]["_episode"], expected[4]["_episode"])
         mutate_outputs(got)
-    for name, a, b in zip(core.FruitState._fields, dirty.state, clean.state, strict=True):
+    for name, a, b in zip(FruitState._fields, dirty.state, clean.state, strict=True):
         assert torch.equal(a, b), name

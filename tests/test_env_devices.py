@@ -156,7 +156,7 @@ def test_host_views_refuse_a_meta_env_by_name() -> None:
     """The numpy and DLPack views exist to share a step's memory with another framework;
     on meta there is none, and each says so naming the device: NumpyView when it wraps the
     env, DLPackView at the first output (where it probes what `xp` can import)."""
-    from fruit_env.wrappers import DLPackView, NumpyView
+    from fruit_env.interop.wrappers import DLPackView, NumpyView
 
     env = FruitCatcherVectorEnv(2, device="meta", validate_actions=False)
     with pytest.raises(ValueError, match="the env runs on meta"):

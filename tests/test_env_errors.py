@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from fruit_env import ENV_ID, FruitCatcherEnv, FruitCatcherVectorEnv, FruitParams, core
+from fruit_env import ENV_ID, FruitCatcherEnv, FruitCatcherVectorEnv, FruitParams
+from fruit_env.games.fruit_catcher.env import FruitState
 
 NAN = float("nan")
 
@@ -133,7 +134,7 @@ def snapshot(env: FruitCatcherVectorEnv) -> list[torch.Tensor]:
 
 def assert_unchanged(env: FruitCatcherVectorEnv, before: list[torch.Tensor]) -> None:
     after = [*env.state, env.pending]
-    for name, a, b in zip((*core.FruitState._fields, "pending"), after, before, strict=True):
+    for name, a, b in zip((*FruitState._fields, "pending"), after, before, strict=True):
         assert torch.equal(a, b), name
 
 

@@ -1,7 +1,9 @@
-"""The eager step (`packed.EagerStep`) is the reference transition (`transitions.py`, core's
-rules), bit for bit, on every output; the compiled step's pixel observer is core's.
+"""The rules' eager form (`eager.PackedFruitCatcher`, what the env runs when it does not
+compile) is the readable rules (`rules.FruitCatcher`), bit for bit, on every output of the
+kit's step in every autoreset mode and of its reset; the readable pixels are the picture
+the rules describe.
 
-States are drawn at random among those that `packed` assumes (module docstring): inactive
+States are drawn at random among those that the eager form assumes (its docstring): inactive
 slots at x = y = 0, active fruits on the board above the bottom row, the basket on the board,
 0/1 flags. That is more than the rules reach (test_env_properties checks that every reachable
 state has these properties): two fruits may share a row, no fruit may fall, statistics and
@@ -21,19 +23,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import rule_sets
 
-from fruit_env import FruitParams, core, packed, transitions
+from fruit_env import FruitCatcherVectorEnv, FruitParams
+from fruit_env.games.fruit_catcher.rules import FruitCatcher
+from fruit_env.kit import autoreset, rng
+from fruit_env.kit.autoreset import Running, Transition
+from fruit_env.kit.layout import Layout, Packed
 
-MODES = {
-    AutoresetMode.NEXT_STEP: "next_step",
-    AutoresetMode.SAME_STEP: "same_step",
-    AutoresetMode.DISABLED: "disabled",
-}
+MODES = list(AutoresetMode)
+CPU = torch.device("cpu")
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
 def states(draw: st.DrawFn, params: FruitParams, num_envs: int) -> tuple[torch.Tensor, ...]:
-    """A packed state (see `transitions.pack`), keys and counters that `packed` may assume."""
+    """Packed rows (the board's, then the pending row), keys and counters that the eager form
+    may assume."""
     p = params
     columns = []
     for _ in range(num_envs):
@@ -84,115 +88,139 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
             )
         )
     )
-    dtype = draw(st.sampled_from([torch.int64, torch.int32, torch.uint8, torch.int8]))
     mask = torch.tensor(draw(st.lists(st.booleans(), min_size=num_envs, max_size=num_envs)))
     return {
         "params": params,
-        "mode": draw(st.sampled_from(list(MODES))),
+        "mode": draw(st.sampled_from(MODES)),
         "state": draw(states(params, num_envs)),
-        "actions": actions.to(dtype),
+        "actions": actions.to(torch.int32),  # what the env's action check hands the step
         "mask": mask,
     }
 
 
-def assert_transition_equal(got: tuple[torch.Tensor, packed.StepOutput], expected: Any) -> None:
-    """Every output of the eager step equals the reference transition's, dtype included."""
-    new_packed, out = got
+def layout_of(params: FruitParams) -> Layout:
+    return Layout(FruitCatcher(params).initial(torch.zeros(1, dtype=torch.int64)))
+
+
+def assert_transition_equal(got: Transition, expected: Transition, layout: Layout) -> None:
+    """Every output of the eager form's step equals the readable rules', dtype included."""
     pairs = [
-        ("packed", new_packed, expected.packed),
-        ("obs", out.obs, expected.obs),
-        ("reward", out.reward, expected.reward),
-        ("terminated", out.terminated, expected.flags[0].bool()),
-        ("truncated", out.truncated, expected.flags[1].bool()),
-        ("ended", out.ended, expected.flags[2].bool()),
+        ("board", layout.pack(got.running.game), layout.pack(expected.running.game)),
+        ("pending", got.running.pending, expected.running.pending),
+        ("counter", got.counter, expected.counter),
+        ("obs", got.obs, expected.obs),
+        ("reward", got.reward, expected.reward),
+        ("terminated", got.terminated, expected.terminated),
+        ("truncated", got.truncated, expected.truncated),
+        ("ended", got.ended, expected.ended),
         *(
             (f"episode {k}", a, b)
-            for k, a, b in zip("rlcm", out.episode, expected.episode, strict=True)
+            for k, a, b in zip("rlcm", got.episode, expected.episode, strict=True)
         ),
     ]
-    assert (out.final_obs is None) == (expected.final_obs is None)
-    if out.final_obs is not None:
-        pairs.append(("final_obs", out.final_obs, expected.final_obs))
+    assert (got.final_obs is None) == (expected.final_obs is None)
+    if got.final_obs is not None:
+        pairs.append(("final_obs", got.final_obs, expected.final_obs))
     for name, a, b in pairs:
         assert a.dtype == b.dtype and a.shape == b.shape, name
         assert torch.equal(a, b), name
+        if a.dtype.is_floating_point:  # -0.0 and 0.0 are equal, but not the same bits
+            assert torch.equal(a.view(torch.int32), b.view(torch.int32)), name
+
+
+def both_forms(params: FruitParams, rows: torch.Tensor) -> tuple[Any, ...]:
+    """The readable rules and the eager form, each with the state of `rows` in its own form."""
+    readable = FruitCatcher(params)
+    fast = readable.eager_form(rows.shape[1], CPU)
+    layout = layout_of(params)
+    pending = rows[-1] != 0
+    ref = Running(layout.unpack(rows[:-1].clone()), pending)
+    mine = Running(Packed(rows[:-1].T.clone()), pending.clone())
+    return readable, fast, layout, ref, mine
 
 
 @SETTINGS
 @given(case=cases())
-def test_eager_step_is_the_reference_transition(case: dict[str, Any]) -> None:
-    p, mode = case["params"], case["mode"]
-    state, key, counter = case["state"]
-    n = state.shape[1]
-    eager = packed.EagerStep(p, MODES[mode], n, torch.device("cpu"))
-    reference = transitions.TRANSITIONS[mode]
-    observe = core.OBSERVERS[p.obs_mode]
-    mine, my_counter = state.clone(), counter.clone()
-    for action in case["actions"]:
-        expected = reference(p, observe, state, key, counter, action)
-        mine, out = eager(mine, key, my_counter, action)
-        assert_transition_equal((mine, out), expected)
-        assert torch.equal(my_counter, expected.counter)
-        state, counter = expected.packed, expected.counter
-
-
-@SETTINGS
-@given(case=cases())
-def test_eager_reset_is_core_restart(case: dict[str, Any]) -> None:
-    """A masked reset restarts the masked sub-envs as `core.restart` does (drawing from their
-    counter, which advances), drops their pending restart, and observes like core."""
-    p, mask = case["params"], case["mask"]
-    state, key, counter = case["state"]
-    eager = packed.EagerStep(p, "disabled", state.shape[1], torch.device("cpu"))
+def test_the_eager_form_steps_as_the_readable_rules(case: dict[str, Any]) -> None:
+    p, step = case["params"], autoreset.STEPS[case["mode"]]
+    rows, key, counter = case["state"]
+    readable, fast, layout, ref, mine = both_forms(p, rows)
     my_counter = counter.clone()
-    got = eager.reset(state.clone(), key, my_counter, mask)
-    game, pending = transitions.unpack(state)
-    game = core.restart(p, game, mask, core.draw(p, key, counter))
-    assert torch.equal(got, transitions.pack(game, pending & ~mask))
-    assert torch.equal(my_counter, counter + mask)
-    assert torch.equal(eager.observe(got), core.OBSERVERS[p.obs_mode](p, game))
+    for action in case["actions"]:
+        expected = step(readable, rng.draw, ref, key, counter, action)
+        got = step(fast, rng.EagerDraw(), mine, key, my_counter, action)
+        assert_transition_equal(got, expected, layout)
+        ref, counter = expected.running, expected.counter
+        mine, my_counter = got.running, got.counter
 
 
-def test_the_step_takes_states_from_outside_and_keeps_its_own() -> None:
-    """A state the step did not produce (a restore, a planted state) is copied in; the state
-    it returns is reused as the next step's input without a copy and never aliased by an
-    output."""
+@SETTINGS
+@given(case=cases())
+def test_the_eager_form_resets_as_the_readable_rules(case: dict[str, Any]) -> None:
+    """A masked reset restarts the masked sub-envs from their counter (which advances), drops
+    their pending restart, and observes alike."""
+    p, mask = case["params"], case["mask"]
+    rows, key, counter = case["state"]
+    readable, fast, layout, ref, mine = both_forms(p, rows)
+    ref_counter, my_counter = counter.clone(), counter.clone()  # both advance in place
+    expected, expected_counter = autoreset.reset(readable, rng.draw, ref, key, ref_counter, mask)
+    got, got_counter = autoreset.reset(fast, rng.EagerDraw(), mine, key, my_counter, mask)
+    assert torch.equal(layout.pack(got.game), layout.pack(expected.game))
+    assert torch.equal(got.pending, expected.pending)
+    assert torch.equal(got_counter, expected_counter)
+    assert torch.equal(fast.observe(got.game), readable.observe(expected.game))
+
+
+def test_the_eager_form_takes_states_from_outside_and_hands_out_no_buffer() -> None:
+    """A state the eager form did not write (a restore, a planted state) is copied in, never
+    written; no output is a view of its buffers, so a kept output never changes."""
     p = FruitParams(max_episode_steps=5)
-    eager = packed.EagerStep(p, "next_step", 3, torch.device("cpu"))
-    state = transitions.pack(
-        core.Game.of(core.empty_state(p, 3, torch.device("cpu"))), torch.ones(3, dtype=torch.bool)
-    )
+    fast = FruitCatcher(p).eager_form(3, CPU)
+    outside = Packed(torch.zeros((3, 3 * p.max_fruits + 5), dtype=torch.int32))
+    pending = torch.ones(3, dtype=torch.bool)
+    running = Running(outside, pending)
     key, counter = torch.arange(3), torch.zeros(3, dtype=torch.int64)
-    first, out = eager(state, key, counter, torch.ones(3, dtype=torch.int64))
-    assert first is not state and state.data_ptr() != first.data_ptr()
-    second, out2 = eager(first, key, counter, torch.ones(3, dtype=torch.int64))
-    outputs = [out.obs, out.reward, out.terminated, out.truncated, out.ended, *out.episode]
-    for tensor in [*outputs, out2.obs, *out2.episode]:
-        assert tensor.untyped_storage().data_ptr() not in (
-            first.untyped_storage().data_ptr(),
-            second.untyped_storage().data_ptr(),
-        )
+    outputs = []
+    for _ in range(6):
+        action = torch.ones(3, dtype=torch.int64)
+        t = autoreset.next_step(fast, rng.EagerDraw(), running, key, counter, action)
+        outputs += [t.obs, t.reward, t.terminated, t.truncated, t.ended, *t.episode]
+        running, counter = t.running, t.counter
+    assert not outside.board.any()
+    buffers = {b.packed.untyped_storage().data_ptr() for b in fast._buffers}
+    assert running.game.board.untyped_storage().data_ptr() in buffers
+    for tensor in outputs:
+        assert tensor.untyped_storage().data_ptr() not in buffers
 
 
 @pytest.mark.parametrize("obs_mode", ["features", "pixels"])
 def test_episode_rows_are_separately_aligned(obs_mode: str) -> None:
     """The episode statistics are views of one tensor, each starting on a 64-byte boundary
     (what JAX's DLPack import needs to share memory instead of copying)."""
-    p = FruitParams(obs_mode=obs_mode)
-    eager = packed.EagerStep(p, "next_step", 5, torch.device("cpu"))
-    state = torch.zeros((3 * p.max_fruits + 6, 5), dtype=torch.int32)
-    _, out = eager(
-        state, torch.arange(5), torch.zeros(5, dtype=torch.int64), torch.ones(5, dtype=torch.int64)
-    )
-    for row in out.episode[1:]:
+    env = FruitCatcherVectorEnv(5, obs_mode=obs_mode, compile=False)
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(torch.ones(5, dtype=torch.int64))
+    for row in list(info["episode"].values())[1:]:
         assert row.is_contiguous() and row.data_ptr() % 64 == 0
+
+
+def pixels_by_definition(p: FruitParams, rows: torch.Tensor) -> torch.Tensor:
+    """The image docs/env.md describes, cell by cell: fruit 255 over basket 128 over 0."""
+    board = layout_of(p).unpack(rows[:-1])
+    image = torch.zeros((rows.shape[1], 1, p.height, p.width), dtype=torch.uint8)
+    for i in range(rows.shape[1]):
+        left = int(board.basket[i])
+        image[i, 0, p.height - 1, left : left + p.basket_width] = 128
+        for x, y, active in zip(board.fruit_x, board.fruit_y, board.active, strict=True):
+            if active[i]:
+                image[i, 0, int(y[i]), int(x[i])] = 255
+    return image
 
 
 @SETTINGS
 @given(case=cases())
-def test_the_compiled_steps_pixels_are_cores(case: dict[str, Any]) -> None:
-    """`transitions.scattered_pixels`, the pixel observer the compiled step is built with,
-    draws `core.pixels`' image."""
+def test_the_pixels_are_the_picture_the_rules_describe(case: dict[str, Any]) -> None:
     p = FruitParams(**{**dataclasses.asdict(case["params"]), "obs_mode": "pixels"})
-    game, _ = transitions.unpack(case["state"][0])
-    assert torch.equal(transitions.scattered_pixels(p, game), core.pixels(p, game))
+    rows = case["state"][0]
+    expected = pixels_by_definition(p, rows)
+    assert torch.equal(FruitCatcher(p).pixels(layout_of(p).unpack(rows[:-1])), expected)

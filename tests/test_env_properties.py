@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import rule_sets as shared_rule_sets
 
-from fruit_env import FruitCatcherVectorEnv, FruitParams, core
-from fruit_env.params import OBS_MODES
+from fruit_env import FruitCatcherVectorEnv, FruitParams
+from fruit_env.games.fruit_catcher.env import FruitState
+from fruit_env.games.fruit_catcher.params import OBS_MODES
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -35,7 +36,7 @@ def scenarios(draw: st.DrawFn) -> tuple[dict[str, Any], AutoresetMode, int, np.n
     return rules, mode, seed, np.array(actions, dtype=np.int64)
 
 
-def check_state(p: FruitParams, state: core.FruitState) -> None:
+def check_state(p: FruitParams, state: FruitState) -> None:
     """Invariants of every reachable state."""
     active = state.active
     count = active.sum(1)

@@ -159,8 +159,8 @@ def test_register_envs_is_idempotent() -> None:
     spec = gym.spec(ENV_ID)
     fruit_env.register_envs()
     assert gym.spec(ENV_ID) is spec
-    assert spec.entry_point == "fruit_env.single_env:FruitCatcherEnv"
-    assert spec.vector_entry_point == "fruit_env.vector_env:FruitCatcherVectorEnv"
+    assert spec.entry_point == "fruit_env.games.fruit_catcher.single_env:FruitCatcherEnv"
+    assert spec.vector_entry_point == "fruit_env.games.fruit_catcher.env:FruitCatcherVectorEnv"
 
 
 def test_module_prefixed_id_works_in_fresh_interpreter() -> None:

@@ -1,8 +1,9 @@
 """The rules of Fruit Catcher, one hand-built scenario at a time.
 
-Each test builds a `core.FruitState` by hand (or plants one in a vector env through
-`env.state`) and checks one rule of docs/env.md exactly. Spawning is made predictable with
-`spawn_prob` 0.0 / 1.0 and by computing the column from the documented hash in `rng`.
+Each test builds a `FruitState` by hand (or plants one in a vector env through `env.state`)
+and checks one rule of docs/env.md exactly, on the readable rules (`rules.FruitCatcher`) or
+through the env. Spawning is made predictable with `spawn_prob` 0.0 / 1.0 and by computing
+the column from the documented hash in `kit.rng`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
-from fruit_env import FruitCatcherVectorEnv, FruitParams, core, rng
+from fruit_env import FruitCatcherVectorEnv, FruitParams
+from fruit_env.games.fruit_catcher import params as rules_params
+from fruit_env.games.fruit_catcher.env import FruitState
+from fruit_env.games.fruit_catcher.rules import FruitCatcher
+from fruit_env.kit import Step, rng
 
 Fruit = tuple[int, int] | None  # (column, row) of an active slot, None for an empty slot
 
@@ -22,7 +27,7 @@ Fruit = tuple[int, int] | None  # (column, row) of an active slot, None for an e
 def make_state(
     params: FruitParams,
     games: Sequence[dict[str, object]],
-) -> core.FruitState:
+) -> FruitState:
     """A batch of hand-built games. Each game is a dict with `basket` and `fruits` (one entry
     per slot, or fewer: the rest are empty) and optional score/t/caught/missed/key/counter."""
     slots = params.max_fruits
@@ -37,7 +42,7 @@ def make_state(
     def column(name: str, default: int = 0, dtype: torch.dtype = torch.int32) -> torch.Tensor:
         return torch.tensor([int(g.get(name, default)) for g in games], dtype=dtype)  # type: ignore[call-overload]
 
-    return core.FruitState(
+    return FruitState(
         basket=column("basket"),
         fruit_x=torch.tensor(fruit_x, dtype=torch.int32),
         fruit_y=torch.tensor(fruit_y, dtype=torch.int32),
@@ -51,15 +56,32 @@ def make_state(
     )
 
 
-def step_one(
-    params: FruitParams, action: int = 1, **game: object
-) -> tuple[core.FruitState, core.StepResult]:
+def step(params: FruitParams, state: FruitState, action: torch.Tensor) -> tuple[FruitState, Step]:
+    """One step of the readable rules, drawing from each game's key and counter (which
+    advances, as the env's does)."""
+    bits = rng.draw(state.key, state.counter)
+    result = FruitCatcher(params).advance(state.board, action.to(torch.int32), bits)
+    return FruitState.of(result.state, state.key, state.counter + 1), result
+
+
+def reset(params: FruitParams, state: FruitState, mask: torch.Tensor) -> FruitState:
+    """A new game where `mask` holds, drawn from the current counter (which advances there)."""
+    bits = rng.draw(state.key, state.counter)
+    board = FruitCatcher(params).restart(state.board, mask, bits)
+    return FruitState.of(board, state.key, state.counter + mask)
+
+
+def features(params: FruitParams, state: FruitState) -> torch.Tensor:
+    return FruitCatcher(params).features(state.board)
+
+
+def step_one(params: FruitParams, action: int = 1, **game: object) -> tuple[FruitState, Step]:
     """Step a single hand-built game with one action."""
     state = make_state(params, [game])
-    return core.step(params, state, torch.tensor([action]))
+    return step(params, state, torch.tensor([action]))
 
 
-def fruits_of(state: core.FruitState, env: int = 0) -> list[Fruit]:
+def fruits_of(state: FruitState, env: int = 0) -> list[Fruit]:
     """The slots of one game as (column, row) or None, for readable assertions."""
     xs, ys, act = state.fruit_x[env].tolist(), state.fruit_y[env].tolist(), state.active[env]
     return [(x, y) if a else None for x, y, a in zip(xs, ys, act.tolist(), strict=True)]
@@ -67,7 +89,7 @@ def fruits_of(state: core.FruitState, env: int = 0) -> list[Fruit]:
 
 def spawn_column(params: FruitParams, key: int, counter: int) -> int:
     """The column the rules promise for a fruit drawn with (key, counter)."""
-    return int(rng.column(rng.draw(key, counter), params.width))
+    return int(rules_params.column(rng.draw(key, counter), params.width))
 
 
 # A small board: columns 0..6, rows 0..5 (row 5 is the basket row), basket 3 wide.
@@ -202,7 +224,7 @@ def test_zero_gap_spawns_every_step_until_max() -> None:
     state = make_state(params, [{"fruits": [(0, 0)]}])
     counts = []
     for _ in range(4):
-        state, _ = core.step(params, state, torch.tensor([1]))
+        state, _ = step(params, state, torch.tensor([1]))
         counts.append(int(state.active.sum()))
     assert counts == [2, 3, 3, 3]
     assert sorted(state.fruit_y[0].tolist()) == [2, 3, 4]  # spawned at 0 on steps 1 and 2
@@ -213,7 +235,7 @@ def test_spawn_prob_zero_never_spawns_above_min() -> None:
     params = FruitParams(width=7, height=20, spawn_prob=0.0, min_spawn_gap=0)
     state = make_state(params, [{"fruits": [(4, 0)]}])
     for row in range(1, 19):
-        state, _ = core.step(params, state, torch.tensor([1]))
+        state, _ = step(params, state, torch.tensor([1]))
         assert fruits_of(state) == [(4, row), None, None]
 
 
@@ -223,9 +245,9 @@ def test_spawn_decision_uses_16_bit_threshold() -> None:
     params = FruitParams(width=7, height=10, spawn_prob=0.5, min_spawn_gap=3)
     keys = list(range(1000, 1256))
     state = make_state(params, [{"fruits": [(2, 5)], "key": k, "counter": 3} for k in keys])
-    new_state, _ = core.step(params, state, torch.ones(len(keys), dtype=torch.int64))
+    new_state, _ = step(params, state, torch.ones(len(keys), dtype=torch.int64))
     spawned = new_state.active[:, 1].tolist()
-    expected = [rng.spawn_bits(rng.draw(k, 3)) < 32768 for k in keys]
+    expected = [rules_params.spawn_bits(rng.draw(k, 3)) < 32768 for k in keys]
     assert spawned == expected
     assert 0 < sum(spawned) < len(keys)
 
@@ -333,7 +355,7 @@ def test_new_game_layout() -> None:
     params = FruitParams(width=8, height=6, basket_width=3)  # max_basket_x = 5
     game = {"basket": 0, "fruits": [(1, 2), (6, 4)], "score": 3, "t": 9, "caught": 4}
     state = make_state(params, [{**game, "key": 21, "counter": 5}, {**game, "key": 22}])
-    new = core.reset(params, state, torch.tensor([True, False]))
+    new = reset(params, state, torch.tensor([True, False]))
     assert new.basket.tolist() == [5 // 2, 0]
     assert fruits_of(new, 0) == [(spawn_column(params, 21, 5), 0), None, None]
     assert fruits_of(new, 1) == [(1, 2), (6, 4), None]
@@ -347,7 +369,7 @@ def test_feature_observation_by_hand() -> None:
     """Features: basket centre, then (x, y, active) per slot, each scaled to [0, 1]."""
     params = FruitParams(width=7, height=9, basket_width=3, max_fruits=2)
     state = make_state(params, [{"basket": 0, "fruits": [(6, 2)]}])
-    obs = core.observe_features(params, state).numpy()
+    obs = features(params, state).numpy()
     f32 = np.float32
     # centre of a basket at 0..2 is column 1, over x_max = 6; fruit at column 6 row 2 of 0..8
     expected = np.array([[f32(1) / f32(6), 1.0, 0.25, 1.0, 0.0, 0.0, 0.0]], dtype=np.float32)
@@ -368,7 +390,7 @@ def test_pixel_observation_by_hand() -> None:
         ],
         dtype=np.uint8,
     )
-    obs = core.observe_pixels(params, state).numpy()
+    obs = FruitCatcher(params).pixels(state.board).numpy()
     assert obs.dtype == np.uint8
     assert np.array_equal(obs, expected[None, None])
 
@@ -430,7 +452,7 @@ def test_next_step_mode_restarts_on_following_step() -> None:
     assert fruits_of(state, 0) == [(spawn_column(ENDS, 40, 11), 0), None, None]
     assert state.counter[0].item() == 12
     assert fruits_of(state, 1) == [(0, 3), None, None]  # game 1 kept playing
-    assert np.array_equal(obs.numpy(), core.observe_features(ENDS, state).numpy())
+    assert np.array_equal(obs.numpy(), features(ENDS, state).numpy())
 
 
 def test_same_step_mode_restarts_at_once() -> None:
@@ -443,7 +465,7 @@ def test_same_step_mode_restarts_at_once() -> None:
     state = env.state
     assert (state.score[0].item(), state.t[0].item(), state.basket[0].item()) == (0, 0, 2)
     assert fruits_of(state, 0) == [(spawn_column(ENDS, 40, 11), 0), None, None]
-    assert np.array_equal(obs.numpy(), core.observe_features(ENDS, state).numpy())
+    assert np.array_equal(obs.numpy(), features(ENDS, state).numpy())
     final = info["final_obs"][0].numpy()
     # terminal game: basket 2 (centre 3/6), fruit slot 0 caught, fruit (5, 1) now at row 2
     f32 = np.float32
@@ -466,6 +488,6 @@ def test_disabled_mode_keeps_state_until_masked_reset() -> None:
     after = env.state
     assert (after.score[0].item(), after.t[0].item()) == (0, 0)
     assert fruits_of(after, 0) == [(spawn_column(ENDS, 40, 11), 0), None, None]
-    for name in core.FruitState._fields:
+    for name in FruitState._fields:
         assert torch.equal(getattr(after, name)[1], getattr(before, name)[1]), name
-    assert np.array_equal(obs.numpy(), core.observe_features(ENDS, after).numpy())
+    assert np.array_equal(obs.numpy(), features(ENDS, after).numpy())

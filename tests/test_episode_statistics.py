@@ -1,4 +1,4 @@
-"""`fruit_env.wrappers.TorchEpisodeStatistics`: Gymnasium's vector `RecordEpisodeStatistics`
+"""`fruit_env.interop.wrappers.TorchEpisodeStatistics`: Gymnasium's vector `RecordEpisodeStatistics`
 on the device. The same games are played by a torch env under our wrapper and by its numpy
 view under Gymnasium's; every ended episode's return and length, the masks and the queues
 agree, in all three autoreset modes, and a step reads nothing on the host."""
@@ -14,7 +14,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from fruit_env import FruitCatcherVectorEnv
-from fruit_env.wrappers import NumpyView, TorchEpisodeStatistics
+from fruit_env.interop.wrappers import NumpyView, TorchEpisodeStatistics
 from grpo_trainer.tools.syncs import SyncCounter
 
 # Short games that end at different steps (a score limit of 3 or a 30-step time limit).

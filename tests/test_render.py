@@ -11,8 +11,8 @@ import torch
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from fruit_env import FruitCatcherVectorEnv
-from fruit_env.core import BASKET_PIXEL, FRUIT_PIXEL
-from fruit_env.render import SCALE
+from fruit_env.games.fruit_catcher.params import BASKET_PIXEL, FRUIT_PIXEL
+from fruit_env.games.fruit_catcher.render import SCALE
 
 # JAX, once another test imported it, warns on every fork; subprocesses exec at once (harmless).
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")

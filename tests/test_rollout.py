@@ -17,7 +17,7 @@ from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 from uncopyable import LockedEnv
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
-from fruit_env import core
+from fruit_env.games.fruit_catcher.rules import FruitCatcher
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
 from grpo_trainer.algorithm.rollout import storage_dtype
 from grpo_trainer.envs.env_io import EnvIO
@@ -234,7 +234,7 @@ def test_group_members_are_identical_after_every_restart_and_branch(
                 assert (source[group][moved[group]] == source[b]).all()
             row = trainer.buffer.lookahead_rows + steps - before  # the row stored after the restore
             if row < trainer.buffer.rows:
-                expected = core.observe_features(env.unwrapped.params, state).half()
+                expected = FruitCatcher(env.unwrapped.params).features(state.board).half()
                 assert torch.equal(trainer.buffer.obs[row], expected)
     assert moves >= 3, "the scenario restarts (and branches) groups several times"
 

@@ -23,8 +23,8 @@ from stable_baselines3.common.vec_env import (
 )
 
 from fruit_env import ENV_ID, FruitCatcherVectorEnv
-from fruit_env.adapters.sb3 import SB3VecEnv
-from fruit_env.wrappers import NumpyView
+from fruit_env.interop.sb3 import SB3VecEnv
+from fruit_env.interop.wrappers import NumpyView
 
 # Short, busy episodes that both terminate (score +3 / -3) and truncate (13 steps).
 RULES = {

@@ -1,5 +1,5 @@
 """TorchRL's GymWrapper drives the torch vector env: DISABLED autoreset with TorchRL's own
-resets, and SAME_STEP through `fruit_env.adapters.torchrl.FlatEpisodeInfo`."""
+resets, and SAME_STEP through `fruit_env.interop.torchrl.FlatEpisodeInfo`."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_same_step_runs_with_flat_episode_info() -> None:
     statistics arrive under flat keys, those of the ended episode on an ended step. (When
     every sub-env ends on the same step, TorchRL resets the env itself instead; the games
     here end at different steps, checked below.)"""
-    from fruit_env.adapters.torchrl import FlatEpisodeInfo
+    from fruit_env.interop.torchrl import FlatEpisodeInfo
 
     def same_step() -> FruitCatcherVectorEnv:
         rules = {**RULES, "win_score": 2, "lose_score": -2, "max_episode_steps": 9}

@@ -12,7 +12,7 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorWrapper
 
 from fruit_env import FruitCatcherVectorEnv
-from fruit_env.wrappers import DLPackView, NumpyView, env_device, to_torch
+from fruit_env.interop.wrappers import DLPackView, NumpyView, env_device, to_torch
 
 N = 4
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -1,4 +1,5 @@
-"""Game parameters: every rule of Fruit Catcher as one validated, immutable value.
+"""Game parameters: every rule of Fruit Catcher as one validated, immutable value, and how a
+step's 32 random bits decide what spawns (shared by every form of the rules, as the hash is).
 
 The parameters are plain Python numbers, so the compiled step has them as constants instead
 of reading them from tensors (one compiled package per set of rules).
@@ -8,9 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TypeVar
 
 OBS_MODES = ("features", "pixels")
+# Pixel values of the image observation (and of the rendered grid).
+FRUIT_PIXEL = 255
+BASKET_PIXEL = 128
 _INT32_LIMIT = 2**31
+
+T = TypeVar("T")  # a Python int, a numpy integer array or an int64 tensor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,3 +103,13 @@ class FruitParams:
 def _require(ok: bool, name: str, value: object, expected: str) -> None:
     if not ok:
         raise ValueError(f"{name} must be {expected}, got {value!r}")
+
+
+def spawn_bits(bits: T) -> T:
+    """The low 16 bits of a draw: a fruit may spawn when they are below `spawn_threshold`."""
+    return bits & 0xFFFF  # type: ignore[operator]
+
+
+def column(bits: T, width: int) -> T:
+    """The column in [0, width) of a new fruit, from the high 16 bits of a draw."""
+    return ((bits >> 16) * width) >> 16  # type: ignore[operator]

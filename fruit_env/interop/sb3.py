@@ -11,7 +11,7 @@ one preallocated device buffer, copied in one go into a preallocated host buffer
 CUDA), and unpacked there with numpy. On a CPU env the packing *is* the copy.
 
     from stable_baselines3 import PPO
-    from fruit_env.adapters.sb3 import SB3VecEnv
+    from fruit_env.interop.sb3 import SB3VecEnv
 
     venv = SB3VecEnv.make(16, device="cpu")
     PPO("MlpPolicy", venv).learn(100_000)
@@ -38,12 +38,12 @@ try:
     )
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "fruit_env.adapters.sb3 needs stable-baselines3: pip install -e '.[sb3]'"
+        "fruit_env.interop.sb3 needs stable-baselines3: pip install -e '.[sb3]'"
     ) from err
 
-from fruit_env.inputs import parse_autoreset_mode
-from fruit_env.vector_env import FruitCatcherVectorEnv
-from fruit_env.wrappers import env_device, to_torch
+from fruit_env.games.fruit_catcher.env import FruitCatcherVectorEnv
+from fruit_env.interop.wrappers import env_device, to_torch
+from fruit_env.kit.inputs import parse_autoreset_mode
 
 __all__ = ["SB3VecEnv"]
 

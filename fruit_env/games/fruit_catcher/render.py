@@ -1,6 +1,6 @@
 """Turn a game's pixel grid into an RGB frame or a text board.
 
-Both envs render from the same uint8 grid (`core.observe_pixels` / the single env's
+Both envs render from the same uint8 grid (`FruitCatcher.pixels` / the single env's
 `_pixels`), so a picture always shows exactly what the pixel observation holds.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fruit_env.core import BASKET_PIXEL, FRUIT_PIXEL
+from fruit_env.games.fruit_catcher.params import BASKET_PIXEL, FRUIT_PIXEL
 
 RENDER_MODES = ("rgb_array", "ansi")
 RENDER_FPS = 10

@@ -2,7 +2,7 @@
 
 Every function raises a `ValueError` that names the argument and what was wrong with it, and
 none reads device data: shapes, dtypes and devices are host metadata. The values of actions
-are the action check's (`action_checks.py`), not these functions'.
+are the action check's (`actions.py`), not these functions'.
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from fruit_env import rng
-from fruit_env.params import FruitParams
-from fruit_env.transitions import Layout
+from fruit_env.kit import rng
 
 _WIDE_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)  # torch has few kernels for these
 
@@ -125,7 +123,7 @@ def resolve_device(device: str | torch.device) -> torch.device:
         backend = torch.backends.mps if resolved.type == "mps" else getattr(torch, "xpu", None)
         if backend is None or not backend.is_available():
             raise ValueError(f"device {device!r} requested but {resolved.type} is not available")
-    elif resolved.type not in ("cpu", "meta"):  # meta: shapes only, for tests (vector_env)
+    elif resolved.type not in ("cpu", "meta"):  # meta: shapes only, for tests
         raise ValueError(f"device {device!r}: unsupported device type {resolved.type!r}")
     return resolved
 
@@ -142,25 +140,19 @@ def parse_autoreset_mode(mode: AutoresetMode | str) -> AutoresetMode:
     raise ValueError(f"autoreset_mode must be an AutoresetMode or one of {choices}, got {mode!r}")
 
 
-def check_size(params: FruitParams, num_envs: int, device: torch.device) -> None:
+def check_size(
+    game: object, state_bytes: int, obs_bytes: int, num_envs: int, device: torch.device
+) -> None:
     """Refuse a batch whose state and observations would not fit in the device's memory,
-    with a `ValueError` naming the arguments that size them."""
+    with a `ValueError` naming `num_envs` and the game with its rules (`*_bytes`: per
+    sub-env)."""
     memory = _device_memory(device)
-    if memory is None:
-        return
-    state = 4 * Layout(params.max_fruits).rows
-    if params.obs_mode == "pixels":
-        obs, lower = params.height * params.width, "num_envs, width or height"
-        sized = f"width={params.width}, height={params.height}, max_fruits={params.max_fruits}"
-    else:
-        obs, lower = 4 * params.obs_size, "num_envs or max_fruits"
-        sized = f"max_fruits={params.max_fruits}"
-    need = num_envs * (state + obs)
-    if need > memory:
+    need = num_envs * (state_bytes + obs_bytes)
+    if memory is not None and need > memory:
         raise ValueError(
-            f"num_envs={num_envs} games with {sized} need {need / 2**30:,.1f} GiB for one state "
-            f"and one {params.obs_mode} observation, more than the {memory / 2**30:,.1f} GiB "
-            f"of {device}: lower {lower}"
+            f"num_envs={num_envs} games of {game!r} need {need / 2**30:,.1f} GiB for one state "
+            f"and one observation, more than the {memory / 2**30:,.1f} GiB of {device}: lower "
+            "num_envs or the size of a game"
         )
 
 

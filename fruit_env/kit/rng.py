@@ -2,7 +2,8 @@
 
 A sub-env's key comes from its seed; its counter advances by one on every step and every
 reset. A draw therefore depends on nothing but that sub-env's seed and history, so a game
-plays out the same for any `num_envs`, any neighbours, and on any device.
+plays out the same for any `num_envs`, any neighbours, and on any device. A game gets the
+32 bits of a draw and decodes them itself.
 
 The functions below take Python ints, numpy integer arrays or torch int64 tensors alike:
 all arithmetic stays below 2**63, so signed 64-bit tensors never overflow.
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 import numpy as np
+import torch
 
 MASK32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9
@@ -49,14 +51,34 @@ def draw(key: T, counter: T) -> T:
     return mix32(key ^ mix32(counter & MASK32))  # type: ignore[operator]
 
 
-def spawn_bits(bits: T) -> T:
-    """The 16 bits that decide whether a fruit spawns (compared with a threshold)."""
-    return bits & 0xFFFF  # type: ignore[operator]
+class EagerDraw:
+    """`draw` for eager steps: the same bits in one fresh tensor, every operation in place on
+    it or on a scratch tensor kept between calls (an eager operation that allocates costs
+    more than one that does not)."""
+
+    def __init__(self) -> None:
+        self._tmp: torch.Tensor | None = None
+
+    def __call__(self, key: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
+        x = torch.bitwise_and(counter, MASK32)
+        tmp = self._tmp
+        if tmp is None or tmp.shape != x.shape or tmp.device != x.device:
+            tmp = self._tmp = torch.empty_like(x)
+        _mix32_(x, tmp)
+        _mix32_(x.bitwise_xor_(key), tmp)
+        return x
 
 
-def column(bits: T, width: int) -> T:
-    """A column in [0, width) from the other 16 bits of a draw."""
-    return ((bits >> 16) * width) >> 16  # type: ignore[operator]
+_C1, _C2 = signed32(0x7FEB352D), signed32(0x846CA68B)  # mix32's multipliers
+
+
+def _mix32_(x: torch.Tensor, tmp: torch.Tensor) -> None:
+    """`mix32` in place (int64 in [0, 2**32)), with `tmp` for the shifts."""
+    x.bitwise_xor_(torch.bitwise_right_shift(x, 16, out=tmp))
+    x.mul_(_C1).bitwise_and_(MASK32)
+    x.bitwise_xor_(torch.bitwise_right_shift(x, 15, out=tmp))
+    x.mul_(_C2).bitwise_and_(MASK32)
+    x.bitwise_xor_(torch.bitwise_right_shift(x, 16, out=tmp))
 
 
 def seed_keys(seeds: np.ndarray) -> np.ndarray:
@@ -68,7 +90,7 @@ def seed_keys(seeds: np.ndarray) -> np.ndarray:
 
 
 def seed_key(seed: int) -> int:
-    """The key of a single seed, in Python ints (used by the single-game env)."""
+    """The key of a single seed, in Python ints (for single-game envs)."""
     seed %= 2**64
     return mix32((seed & MASK32) ^ mix32((seed >> 32) ^ _GOLDEN))
 

@@ -1,8 +1,9 @@
 """One game of Fruit Catcher in plain Python: `gymnasium.make("FruitCatcher-v0")`.
 
-This is written independently of the tensor rules in `core.py` (it shares only the hash in
-`rng.py`), so it doubles as the reference that the vector env is tested against, and as the
-per-game Python baseline in `benchmarks/env_throughput.py`.
+This is written independently of the tensor rules in `rules.py` (it shares only the hash in
+`kit.rng` and how a draw decides a spawn, in `params.py`), so it doubles as the reference that
+the vector env is tested against, and as the per-game Python baseline in
+`benchmarks/env_throughput.py`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from fruit_env import rng
-from fruit_env.core import BASKET_PIXEL, FRUIT_PIXEL
-from fruit_env.params import FruitParams
-from fruit_env.render import RENDER_FPS, RENDER_MODES, ansi_board, rgb_frame
+from fruit_env.games.fruit_catcher.params import (
+    BASKET_PIXEL,
+    FRUIT_PIXEL,
+    FruitParams,
+    column,
+    spawn_bits,
+)
+from fruit_env.games.fruit_catcher.render import RENDER_FPS, RENDER_MODES, ansi_board, rgb_frame
+from fruit_env.kit import rng
 
 
 class FruitCatcherEnv(gym.Env[np.ndarray, np.int64]):
@@ -85,9 +91,9 @@ class FruitCatcherEnv(gym.Env[np.ndarray, np.int64]):
         if len(falling) < p.min_fruits or (
             len(falling) < p.max_fruits
             and highest >= p.min_spawn_gap
-            and rng.spawn_bits(bits) < p.spawn_threshold
+            and spawn_bits(bits) < p.spawn_threshold
         ):
-            self.slots[self.slots.index(None)] = (rng.column(bits, p.width), 0)
+            self.slots[self.slots.index(None)] = (column(bits, p.width), 0)
 
         reward = caught - missed
         self.caught += caught
@@ -113,7 +119,7 @@ class FruitCatcherEnv(gym.Env[np.ndarray, np.int64]):
         self.basket = p.max_basket_x // 2
         # A fruit slot holds (column, row) or None; new fruits take the first free slot.
         self.slots: list[tuple[int, int] | None] = [None] * p.max_fruits
-        self.slots[0] = (rng.column(bits, p.width), 0)
+        self.slots[0] = (column(bits, p.width), 0)
         self.score = self.t = self.caught = self.missed = 0
 
     def _observe(self) -> np.ndarray:

@@ -1,17 +1,16 @@
-"""`FruitCatcherVectorEnv`: the Gymnasium vector-env shell around the tensor rules.
+"""`TensorVectorEnv`: any `TensorGame` as a Gymnasium vector env on one torch device.
 
-The shell keeps the spaces, seeds, autoreset bookkeeping and state snapshots, and hands each
+The env keeps the spaces, seeds, autoreset bookkeeping and state snapshots, and hands each
 step to two objects chosen before the first step, so that `step` tests no flag:
 
-* the step, chosen at construction by `compiled.select_step` (`compile=`): the eager
-  `packed.EagerStep` (about 80 eager kernels on the packed state, no compilation) or
-  `compiled.CompiledEnvStep` (the autoreset mode's transition from `transitions.py`,
-  compiled once per machine by AOTInductor and cached on disk). Both give the same games
-  bit for bit (tests/test_env_packed.py, tests/test_env_compile.py);
-* the action check, chosen when `validate_actions` is set (`action_checks.py`).
+* the stepper, chosen at construction (`compile=`, `compiled.stepper`): the autoreset
+  mode's step run eagerly on the game (or on its faster eager form), or the same step
+  compiled once per machine by AOTInductor and cached on disk. All give the same games bit
+  for bit;
+* the action check, chosen when `validate_actions` is set (`actions.py`).
 
-What callers pass is checked and converted by `inputs.py`. Neither step syncs with the
-device, branches on data or allocates on the host: with `validate_actions=False` or deferred
+What callers pass is checked and converted by `inputs.py`. No step syncs with the device,
+branches on data or allocates on the host: with `validate_actions=False` or deferred
 validation a step runs on `device="meta"`, which has no data (tests/test_env_devices.py).
 """
 
@@ -27,34 +26,28 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from fruit_env import action_checks, compiled, core, inputs, rng
-from fruit_env.action_checks import ActionCheck, DeferredCheck, ImmediateCheck, NoCheck
-from fruit_env.packed import MODE_NAMES, EagerStep
-from fruit_env.params import FruitParams
-from fruit_env.render import RENDER_FPS, RENDER_MODES, ansi_board, rgb_frame
-from fruit_env.transitions import pack, unpack
-
-EPISODE_KEYS = ("r", "l", "caught", "missed")
+from fruit_env.kit import actions, compiled, inputs, rng
+from fruit_env.kit.autoreset import Running
+from fruit_env.kit.game import TensorGame
+from fruit_env.kit.layout import Layout, Packed, packed
 
 
 class SubEnvSnapshot(NamedTuple):
     """The state of some sub-envs, one column (`packed`) or entry per sub-env."""
 
-    packed: torch.Tensor  # (3*S + 6, n) int32, see `transitions.Layout`
+    packed: torch.Tensor  # (rows + 1, n) int32: the game's packed rows (`layout.py`), pending
     key: torch.Tensor  # (n,) int64
     counter: torch.Tensor  # (n,) int64
 
 
-class FruitCatcherVectorEnv(VectorEnv):
-    """`num_envs` Fruit Catcher games stepped together as torch tensors on one device.
-
-    Rules arguments (`width`, `height`, ...) are those of `FruitParams`. Besides them:
+class TensorVectorEnv(VectorEnv):
+    """`num_envs` games of `game` stepped together as torch tensors on one device.
 
     * `device`: where state and outputs live (`"cpu"`, `"cuda"`, `"cuda:1"`, a
       `torch.device`; `"meta"` for tests that must prove a step allocates nothing on the
       host and never syncs: shapes only, no data).
     * `autoreset_mode`: an `AutoresetMode` (or its value / name as a string).
-    * `validate_actions`: what happens to actions outside {0, 1, 2}.
+    * `validate_actions`: what happens to actions outside `0 .. num_actions - 1`.
       `"immediate"`: `step` raises a `ValueError` before changing anything (one host read
       of a flag per step: free on the CPU, a sync on a GPU).
       `"deferred"`: the step runs with them clamped, and the first offending sub-env and
@@ -63,35 +56,23 @@ class FruitCatcherVectorEnv(VectorEnv):
       `True` (the default): `"immediate"` on the CPU, `"deferred"` on other devices.
       `False`: no check; out-of-range actions are clamped.
     * `compile`: `True` runs the compiled step (building it first if the cache lacks it),
-      `False` the eager step, `"auto"` (the default) the compiled step where its package is
-      cached (on CUDA: built first) and the measurement kept with it says it is faster at
-      this `num_envs`, else the eager step (`compiled.select_step`).
-    * `compile_mode`: how the compiled step is built and run. `"default"`; `"max-autotune"`:
-      inductor tries kernel configurations and keeps the fastest (its own cached package, a
-      longer build); `"reduce-overhead"`: on CUDA the step is replayed from a CUDA graph, one
-      launch per step instead of one per kernel (elsewhere the default, with a log line).
-      `env.compile_mode` says which mode runs.
+      `False` the eager step, `"auto"` (the default) the compiled step on CUDA and the eager
+      step elsewhere. `env.compiled` says which runs.
     """
 
     metadata = {
         "autoreset_mode": AutoresetMode.NEXT_STEP,
-        "render_modes": list(RENDER_MODES),
-        "render_fps": RENDER_FPS,
-        # Success ratios of the episode fields: catch_rate = caught / (caught + missed).
-        "episode_ratios": {"catch_rate": ("caught", "missed")},
-        # What counts as having learned the game (a greedy catch rate the project's default
-        # training run reaches on every seed studied): trainers may report when they get there.
-        "episode_goals": {"catch_rate": 0.70},
         # `make_vec` keyword arguments for a caller whose actions are always valid (a
         # trainer sampling from the action space): skip the per-step action check.
         "fast_kwargs": {"validate_actions": False},
         # Sub-env i plays the same game for the same seed and actions whatever num_envs is
-        # (its randomness is its own key and counter): `grpo_trainer.tools.checker` tests the claim.
+        # (its randomness is its own key and counter): `grpo_trainer.tools.checker` tests it.
         "num_envs_invariant": True,
     }
 
     def __init__(
         self,
+        game: TensorGame[Any],
         num_envs: int,
         *,
         device: str | torch.device = "cpu",
@@ -99,42 +80,48 @@ class FruitCatcherVectorEnv(VectorEnv):
         render_mode: str | None = None,
         validate_actions: bool | str = True,
         compile: bool | str = "auto",
-        compile_mode: str = "default",
-        **rules: Any,
     ) -> None:
         self.num_envs = inputs.as_num_envs(num_envs)
-        if render_mode is not None and render_mode not in RENDER_MODES:
+        if render_mode is not None and render_mode not in game.render_modes:
             raise ValueError(
-                f"render_mode must be one of {RENDER_MODES} or None, got {render_mode!r}"
+                f"render_mode must be one of {game.render_modes} or None, got {render_mode!r}"
             )
-        compiled.check_choice(compile, compile_mode)
-        self.params = p = FruitParams(**rules)
+        compiled.check_choice(compile)
+        self.game = game
         self.device = inputs.resolve_device(device)
-        inputs.check_size(p, self.num_envs, self.device)
         self.render_mode = render_mode
         mode = inputs.parse_autoreset_mode(autoreset_mode)
-        self.metadata = {**self.metadata, "autoreset_mode": mode}
         self.autoreset_mode = mode  # as SyncVectorEnv has it; TorchRL reads this attribute
-        self._deferred: DeferredCheck | None = None  # made by the first deferred setting
+        self.metadata = {
+            **self.metadata,
+            "render_modes": list(game.render_modes),
+            "render_fps": game.render_fps,
+            **game.metadata,
+            "autoreset_mode": mode,
+        }
+        self.single_action_space = gym.spaces.Discrete(game.num_actions)
+        self.single_observation_space = game.observation_space
+        self.layout = Layout(game.initial(torch.zeros(1, dtype=torch.int64, device=self.device)))
+        obs_bytes = (
+            int(np.prod(game.observation_space.shape or ()))
+            * np.dtype(game.observation_space.dtype or np.float32).itemsize
+        )
+        inputs.check_size(game, 4 * self.layout.rows, obs_bytes, self.num_envs, self.device)
+        self._stepper = compiled.stepper(
+            compile, game, self.layout, mode, self.num_envs, self.device
+        )
+        self._deferred: actions.DeferredCheck | None = None  # made by the first deferred setting
         self.validate_actions = validate_actions  # type: ignore[assignment]
-
-        self.single_action_space = gym.spaces.Discrete(3)
-        if p.obs_mode == "features":
-            self.single_observation_space = gym.spaces.Box(0.0, 1.0, (p.obs_size,), np.float32)
-        else:
-            self.single_observation_space = gym.spaces.Box(0, 255, (1, p.height, p.width), np.uint8)
-
-        self.compile_mode = compiled.runnable_compile_mode(compile_mode, self.device)
-        self._step: compiled.EnvStep = compiled.select_step(
-            compile, p, mode, self.device, self.num_envs, self.compile_mode
-        )
-        self.compiled = isinstance(self._step, compiled.CompiledEnvStep)  # which step runs
-        keys = torch.from_numpy(rng.seed_keys(rng.fresh_seeds(self.num_envs)))
-        self._state = core.empty_state(p, self.num_envs, self.device)._replace(
-            key=keys.to(self.device)
-        )
+        self.compiled = isinstance(self._stepper, compiled.CompiledStepper)  # which step runs
+        self._key = torch.from_numpy(rng.seed_keys(rng.fresh_seeds(self.num_envs))).to(self.device)
+        self._counter = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        self._running = self._empty(self.num_envs)
         self._needs_reset = True
         self._closed = False
+
+    def _empty(self, num_envs: int) -> Running:
+        pending = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
+        return Running(self.layout.zeros(num_envs, self.device), pending)
 
     # -- batched spaces are built on first use: at millions of envs they cost real memory ----
 
@@ -173,10 +160,10 @@ class FruitCatcherVectorEnv(VectorEnv):
             seeded_mask, keys = seeded
             key = torch.where(seeded_mask, keys, key)
             counter = torch.where(seeded_mask, 0, counter)
-        self._packed = self._step.reset(self._packed, key, counter, mask)  # counter advances
-        self._key, self._counter = key, counter
+        self._running, self._counter = self._stepper.reset(self._running, key, counter, mask)
+        self._key = key
         self._needs_reset = False
-        return self._step.observe(self._packed), {}
+        return self._stepper.observe(self._running), {}
 
     def step(
         self, actions: Any
@@ -184,42 +171,37 @@ class FruitCatcherVectorEnv(VectorEnv):
         self._require_open()
         if self._needs_reset:
             raise RuntimeError("call reset() before step()")
-        actions = inputs.as_actions(actions, self.num_envs, self.device)
-        self._packed, out = self._action_check.step(
-            self._step, self._packed, self._key, self._counter, actions
-        )
+        actions = self._check(inputs.as_actions(actions, self.num_envs, self.device))
+        t = self._stepper.step(self._running, self._key, self._counter, actions)
+        self._running, self._counter = t.running, t.counter
         info: dict[str, Any] = {
-            "episode": dict(zip(EPISODE_KEYS, out.episode, strict=True)),
-            "_episode": out.ended,
+            "episode": dict(zip(self.game.episode_fields, t.episode, strict=True)),
+            "_episode": t.ended,
         }
-        if out.final_obs is not None:
-            info["final_obs"] = out.final_obs
-            info["_final_obs"] = out.ended
-        return out.obs, out.reward, out.terminated, out.truncated, info
+        if t.final_obs is not None:
+            info["final_obs"] = t.final_obs
+            info["_final_obs"] = t.ended
+        return t.obs, t.reward, t.terminated, t.truncated, info
 
-    def render(self) -> list[np.ndarray] | list[str] | None:
+    def render(self) -> list[Any] | None:
         """One frame (or text board) per sub-env; meant for small `num_envs`. Checks deferred
         action validation first (see `check_actions`)."""
         self.check_actions()
         if self.render_mode is None:
             return None
-        grids = core.observe_pixels(self.params, self._state)[:, 0].cpu().numpy()
-        if self.render_mode == "rgb_array":
-            return [rgb_frame(g) for g in grids]
-        scores = self._state.score.tolist()
-        steps = self._state.t.tolist()
-        return [
-            ansi_board(g, score=s, step=t) for g, s, t in zip(grids, scores, steps, strict=True)
-        ]
+        return self.game.render(self.layout.state(self._running.game), self.render_mode)
 
     def close_extras(self, **kwargs: Any) -> None:
         """Release the state; then raise the deferred action-validation error, if any."""
         try:
             self.check_actions()
         finally:
-            # What a closed env holds: one game, and a step for one (no package, no buffers).
-            self._step = EagerStep(self.params, MODE_NAMES[self.autoreset_mode], 1, self.device)
-            self._state = core.empty_state(self.params, 1, self.device)
+            # What a closed env holds: one game, and no package or buffers.
+            self._stepper = compiled.stepper(
+                False, self.game, self.layout, self.autoreset_mode, 1, self.device
+            )
+            self.validate_actions = self._validate  # the check that goes with that stepper
+            self._running = self._empty(1)
             self._needs_reset = self._closed = True
 
     def _require_open(self) -> None:
@@ -227,9 +209,9 @@ class FruitCatcherVectorEnv(VectorEnv):
             raise RuntimeError("the env is closed")
 
     @property
-    def max_episode_steps(self) -> int:
-        """The episode limit these games were made with (truncation after that many steps)."""
-        return self.params.max_episode_steps
+    def max_episode_steps(self) -> int | None:
+        """The game's time limit (truncation after that many steps), if it has one."""
+        return self.game.max_episode_steps
 
     # -- action validation ---------------------------------------------------------------------
 
@@ -240,17 +222,18 @@ class FruitCatcherVectorEnv(VectorEnv):
 
     @validate_actions.setter
     def validate_actions(self, value: bool | str) -> None:
-        check = action_checks.resolve(value, self.device)
+        check = actions.resolve(value, self.device)
         self._validate = value
+        n = self.game.num_actions
         if check == "deferred":  # one record for the env's life: a pending error survives
-            self._deferred = self._deferred or DeferredCheck(self.num_envs, self.device)
-            self._action_check: ActionCheck = self._deferred
+            self._deferred = self._deferred or actions.DeferredCheck(n, self.num_envs, self.device)
+            self._check: actions.ActionCheck = self._deferred
         else:
-            self._action_check = ImmediateCheck() if check == "immediate" else NoCheck()
+            self._check = actions.ImmediateCheck(n) if check else self._stepper.unchecked(n)
 
     def check_actions(self) -> None:
         """Raise a `ValueError` naming the first sub-env, and its value, that got an action
-        outside {0, 1, 2} in a step since the last check, with deferred validation (a no-op
+        out of range in a step since the last check, with deferred validation (a no-op
         otherwise). This reads one flag from the device: call it where a sync happens anyway
         (after a rollout, say). `reset()`, `render()` and `close()` call it."""
         if self._deferred is not None:
@@ -266,8 +249,9 @@ class FruitCatcherVectorEnv(VectorEnv):
         if self._needs_reset:
             raise RuntimeError("call reset() before snapshot_state()")
         index = inputs.as_index(index, self.device)
+        chosen = _select_rows(self._running, index)
         return SubEnvSnapshot(
-            self._packed.index_select(1, index),
+            self._pack(chosen),
             self._key.index_select(0, index),
             self._counter.index_select(0, index),
         )
@@ -275,9 +259,10 @@ class FruitCatcherVectorEnv(VectorEnv):
     def restore_state(self, index: Any, snapshot: SubEnvSnapshot) -> None:
         """Put row `j` of `snapshot` into sub-env `index[j]`.
 
-        A restored sub-env continues exactly as the snapshot's source would have (same fruit,
-        same rewards for the same actions), whatever its neighbours do: its randomness is its
-        key and counter, which travel with the snapshot. Its observation is the source's.
+        A restored sub-env continues exactly as the snapshot's source would have (same
+        randomness, same rewards for the same actions), whatever its neighbours do: its
+        randomness is its key and counter, which travel with the snapshot. Its observation
+        is the source's.
         """
         if self._needs_reset:
             raise RuntimeError("call reset() before restore_state()")
@@ -288,7 +273,7 @@ class FruitCatcherVectorEnv(VectorEnv):
                 f"got {type(snapshot).__name__}"
             )
         snapshot = SubEnvSnapshot(*snapshot)
-        expected = (self._packed.shape[0], len(index))
+        expected = (self.layout.rows + 1, len(index))
         if tuple(snapshot.packed.shape) != expected or snapshot.key.shape != (len(index),):
             raise ValueError(
                 f"snapshot has {snapshot.key.shape[0]} rows of shape "
@@ -296,42 +281,49 @@ class FruitCatcherVectorEnv(VectorEnv):
                 f"({expected[0]},): it is from another env or another index"
             )
         snapshot = SubEnvSnapshot(*(t.to(self.device) for t in snapshot))
-        self._packed.index_copy_(1, index, snapshot.packed)  # the env's own tensors
-        self._key.index_copy_(0, index, snapshot.key)
-        self._counter.index_copy_(0, index, snapshot.counter)
+        # New tensors, not writes into the old ones: what was handed out before never changes.
+        rows = self._pack(self._running).index_copy(1, index, snapshot.packed)
+        self._running = Running(packed(rows[:-1]), rows[-1] != 0)
+        self._key = self._key.index_copy(0, index, snapshot.key)
+        self._counter = self._counter.index_copy(0, index, snapshot.counter)
+
+    def _pack(self, running: Running) -> torch.Tensor:
+        """`running` as packed rows, the pending row last."""
+        pending = running.pending.to(torch.int32)[None]
+        if isinstance(running.game, Packed):
+            return torch.cat([running.game.board.T, pending])
+        return torch.cat([*self.layout.blocks(running.game), pending])
 
     # -- the game state ------------------------------------------------------------------------
 
     @property
-    def state(self) -> core.FruitState:
-        """A copy of the current game state (for analysis and tests)."""
-        return core.FruitState(*(t.clone() for t in self._state))
+    def game_state(self) -> Any:
+        """A copy of the games' state, in the game's own form (for analysis and tests)."""
+        return self.layout.unpack(self.layout.pack(self._running.game).clone())
 
-    @state.setter
-    def state(self, state: core.FruitState) -> None:
-        """Plant a game state (for analysis and tests: a scenario built by hand). Pending
+    @game_state.setter
+    def game_state(self, state: Any) -> None:
+        """Plant a state (for analysis and tests: a scenario built by hand). Pending
         NEXT_STEP restarts stay; the state must be one the rules can reach."""
-        self._state = state
+        rows = self.layout.pack(state).clone()  # the env's own copy
+        pending = self._running.pending
+        if pending.shape[0] != rows.shape[1]:
+            pending = torch.zeros(rows.shape[1], dtype=torch.bool, device=self.device)
+        self._running = Running(packed(rows), pending)
 
     @property
     def pending(self) -> torch.Tensor:
         """NEXT_STEP: sub-envs whose episode ended on the last step (they restart next step)."""
-        return unpack(self._packed)[1]
+        return self._running.pending.clone()
 
-    @property
-    def _state(self) -> core.FruitState:
-        game, _ = unpack(self._packed)
-        return game.state(self._key, self._counter)
 
-    @_state.setter
-    def _state(self, state: core.FruitState) -> None:
-        """Replace the game state; pending NEXT_STEP restarts stay (tests plant states here).
-        The state must be one the rules can reach (see `packed`'s invariants)."""
-        n = state.basket.shape[0]
-        packed = getattr(self, "_packed", None)
-        if packed is not None and packed.shape[1] == n:
-            pending = self.pending
-        else:
-            pending = torch.zeros(n, dtype=torch.bool, device=state.basket.device)
-        self._packed = pack(core.Game.of(state), pending)
-        self._key, self._counter = state.key.clone(), state.counter.clone()
+def _select_rows(running: Running, index: torch.Tensor) -> Running:
+    """The sub-envs `index` of `running`, field by field."""
+
+    def select(node: Any) -> Any:
+        if isinstance(node, torch.Tensor):
+            return node.index_select(0, index)
+        fields = [select(child) for child in node]
+        return type(node)(*fields) if hasattr(node, "_fields") else tuple(fields)
+
+    return select(running)

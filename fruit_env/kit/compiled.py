@@ -1,0 +1,309 @@
+"""The compiled path: a game's vector step, built once per machine into a package on disk.
+
+`torch.export` traces the autoreset mode's step (`autoreset.STEPS`) of the game's readable
+rules with a dynamic batch dimension (one graph for every `num_envs`), AOTInductor turns it
+into a shared library (C++ on the CPU, CUDA kernels on a GPU), and the package is kept on
+disk, so the compile (tens of seconds) is paid once per machine, rules and autoreset mode,
+not once per process and size: a later process loads the package in milliseconds and calls
+it without Dynamo's guards. Measured in docs/performance.md.
+
+The state crosses the graph as the game's packed rows plus the pending row (`layout.py`),
+written in place with the counters: one int32 tensor in, none of them bool.
+
+Cache folder: `$FRUIT_ENV_CACHE_DIR`, else `$XDG_CACHE_HOME/fruit_env`, else
+`~/.cache/fruit_env`. A package's name is a digest of everything its code depends on: the
+game's rules (`TensorGame.rules_key`), the autoreset mode, the device type, the torch version,
+the source of the kit and of the game's package, and the CPU's instruction set (inductor
+compiles for the build machine's CPU) or the GPU's compute capability. So a package built
+from other rules or other code is never loaded. Deleting the folder is always safe.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import inspect
+import logging
+import os
+import platform
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from gymnasium.vector import AutoresetMode
+
+from fruit_env.kit import actions, rng
+from fruit_env.kit.autoreset import STEPS, EagerStepper, Running, Transition
+from fruit_env.kit.game import TensorGame
+from fruit_env.kit.layout import Layout, Packed
+
+log = logging.getLogger("fruit_env")
+
+FORMAT = 4  # part of every package name: bump it to retire all cached packages
+EXAMPLE_ENVS = 64  # the batch size the graph is traced with (any size runs it)
+CHOICES = (True, False, "auto")
+
+
+def cache_dir() -> Path:
+    """The folder that holds compiled packages."""
+    if os.environ.get("FRUIT_ENV_CACHE_DIR"):
+        return Path(os.environ["FRUIT_ENV_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "fruit_env"
+
+
+def supported(device: torch.device) -> bool:
+    """Whether this torch can build and load packages for `device` (AOTInductor packages:
+    torch 2.6 and later, CPU and CUDA)."""
+    loader = hasattr(torch._C, "_aoti") and hasattr(torch._C._aoti, "AOTIModelPackageLoader")
+    return loader and device.type in ("cpu", "cuda")
+
+
+def package_path(game: TensorGame[Any], mode: AutoresetMode, device: torch.device) -> Path:
+    """Where the package of these rules, mode and device lives (whether or not it exists)."""
+    digest = hashlib.sha256()
+    kind = type(game)
+    for part in (
+        FORMAT,
+        torch.__version__,
+        mode.name,
+        f"{kind.__module__}.{kind.__qualname__}",
+        game.rules_key(),
+        device.type,
+        _machine(device),
+        *_sources(_source_roots(kind)),
+    ):
+        digest.update(part if isinstance(part, bytes) else repr(part).encode())
+        digest.update(b"\0")
+    name = f"{kind.__name__.lower()}-{mode.name.lower()}-{device.type}-{digest.hexdigest()[:24]}"
+    return cache_dir() / f"{name}.pt2"
+
+
+class CompiledStepper:
+    """The package of one game and mode, stepping a `Running` state like `EagerStepper`.
+
+    It keeps the state in one int32 buffer of the game's packed rows and the pending row,
+    which the package rewrites in place with the counters (with half the row pointers to
+    keep, one graph for every size runs as fast as one per size: docs/performance.md). A
+    state from elsewhere (a reset, a restore, a planted state) is packed into a new buffer.
+    Resets and the observations they give run eagerly, on the readable rules.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        game: TensorGame[Any],
+        layout: Layout,
+        mode: AutoresetMode,
+        device: torch.device,
+    ) -> None:
+        index = device.index if device.type == "cuda" and device.index is not None else -1
+        self._loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, index)
+        self.game, self.layout, self.path = game, layout, path
+        self._eager = EagerStepper(game, layout, mode)
+        self._same_step = mode == AutoresetMode.SAME_STEP
+        self._next_step = mode == AutoresetMode.NEXT_STEP
+        self._rows: torch.Tensor | None = None
+        self._state: Packed | None = None  # the state held in `_rows`
+
+    def step(
+        self, running: Running, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
+    ) -> Transition:
+        """The mode's step; `action` of any integer dtype, clamped in the graph."""
+        rows = self._own(running)
+        out = self._loader.boxed_run([rows, key, counter, action.to(torch.int64).contiguous()])
+        # One tensor per flag (not views of one): DLPack consumers such as JAX copy those.
+        terminated, truncated, ended = (flag.to(torch.bool) for flag in out[2])
+        episode = tuple(out[3 : 3 + len(self.game.episode_fields)])
+        final_obs = out[-1] if self._same_step else None
+        # Pending restarts: NEXT_STEP's are the episodes that just ended (a copy: `ended` is
+        # handed out); the other modes have none.
+        pending = ended.clone() if self._next_step else running.pending
+        running = Running(self._state, pending)
+        return Transition(
+            running, counter, out[0], out[1], terminated, truncated, ended, episode, final_obs
+        )
+
+    def reset(
+        self, running: Running, key: torch.Tensor, counter: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[Running, torch.Tensor]:
+        return self._eager.reset(running, key, counter, mask)
+
+    def unchecked(self, num_actions: int) -> actions.ActionCheck:
+        """The action check of `validate_actions=False`: none (the graph clamps)."""
+        return actions.NoCheck()
+
+    def observe(self, running: Running) -> torch.Tensor:
+        return self._eager.observe(running)
+
+    def _own(self, running: Running) -> torch.Tensor:
+        """The buffer that holds `running` (a new one unless the package wrote it)."""
+        if running.game is not self._state or self._rows is None:
+            pending = running.pending.to(torch.int32)[None]
+            self._rows = torch.cat([self.layout.pack(running.game), pending])
+            self._state = Packed(self._rows[:-1].T)
+        return self._rows
+
+
+def load(
+    game: TensorGame[Any], layout: Layout, mode: AutoresetMode, device: torch.device
+) -> CompiledStepper:
+    """The compiled step, built first (logged at INFO) if the cache does not hold it."""
+    path = package_path(game, mode, device)
+    if not path.is_file():
+        started = time.perf_counter()
+        log.info(
+            "%s: compiling the %s step for %s, once per machine and rules; cached in %s",
+            type(game).__name__,
+            mode.name,
+            device.type,
+            path.parent,
+        )
+        build(game, layout, mode, device, path)
+        log.info("%s: compiled in %.1f s", type(game).__name__, time.perf_counter() - started)
+    return CompiledStepper(path, game, layout, mode, device)
+
+
+def build(
+    game: TensorGame[Any],
+    layout: Layout,
+    mode: AutoresetMode,
+    device: torch.device,
+    path: Path,
+) -> None:
+    """Export the mode's step with a dynamic batch dimension and compile it into `path`
+    (written under a temporary name first, so that a reader never sees half a package)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    inductor = importlib.import_module("torch._inductor")  # the compiler, only to build
+    n = EXAMPLE_ENVS
+    example = (
+        torch.zeros((layout.rows + 1, n), dtype=torch.int32, device=device),
+        torch.zeros(n, dtype=torch.int64, device=device),
+        torch.zeros(n, dtype=torch.int64, device=device),
+        torch.ones(n, dtype=torch.int64, device=device),
+    )
+    envs = torch.export.Dim("num_envs", min=1)
+    dynamic = ({1: envs}, {0: envs}, {0: envs}, {0: envs})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a serial kernel: see docs/performance.md
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch's own deprecations
+            warnings.simplefilter("ignore", DeprecationWarning)
+            graph = _Graph(game, layout, mode)
+            exported = torch.export.export(graph, example, dynamic_shapes=dynamic, strict=False)
+            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+                partial = Path(tmp) / path.name
+                inductor.aoti_compile_and_package(exported, package_path=str(partial))
+                os.replace(partial, path)
+    finally:
+        torch.set_num_threads(threads)
+
+
+class _Graph(torch.nn.Module):
+    """The mode's step as a module for `torch.export`: the next rows and counters written
+    into the inputs, the other outputs as a flat tuple of tensors (flags as int32 rows)."""
+
+    def __init__(self, game: TensorGame[Any], layout: Layout, mode: AutoresetMode) -> None:
+        super().__init__()
+        self.game, self.layout, self.step = game, layout, STEPS[mode]
+
+    def forward(
+        self, rows: torch.Tensor, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        running = Running(self.layout.unpack(rows[:-1]), rows[-1] != 0)
+        action = action.clamp(0, self.game.num_actions - 1).to(torch.int32)
+        t = self.step(self.game, rng.draw, running, key, counter, action)  # counter in place
+        pending = t.running.pending.to(torch.int32)[None]
+        rows.copy_(torch.cat([*self.layout.blocks(t.running.game), pending]))
+        flags = torch.stack([flag.to(torch.int32) for flag in (t.terminated, t.truncated, t.ended)])
+        out = (t.obs, t.reward, flags, *t.episode)
+        return out if t.final_obs is None else (*out, t.final_obs)
+
+
+def _machine(device: torch.device) -> tuple[object, ...]:
+    """What the generated code is specific to besides torch: the CPU's instruction set
+    (inductor compiles with -march=native) or the GPU's compute capability."""
+    if device.type == "cuda":
+        return (torch.version.cuda, torch.cuda.get_device_capability(device))
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        pass
+    return (
+        platform.machine(),
+        platform.processor(),
+        torch.backends.cpu.get_cpu_capability(),
+        flags,
+    )
+
+
+def _source_roots(kind: type) -> tuple[Path, ...]:
+    """Where the code of the graph lives: the kit's folder, and the game's top-level package
+    folder (or, for a game in a lone module, that module's file)."""
+    kit = Path(__file__).resolve().parent
+    top = sys.modules.get(kind.__module__.split(".")[0])
+    origin = getattr(top, "__file__", None) or inspect.getsourcefile(kind)
+    if origin is None:
+        return (kit,)
+    origin_path = Path(origin).resolve()
+    game = origin_path.parent if origin_path.name == "__init__.py" else origin_path
+    return (kit, game)
+
+
+@functools.cache
+def _sources(roots: tuple[Path, ...]) -> tuple[bytes, ...]:
+    """The name and bytes of every Python file under `roots`, in a fixed order."""
+    files = sorted(
+        {f for root in roots for f in ([root] if root.is_file() else root.rglob("*.py"))}
+    )
+    return tuple(f.name.encode() + b"\0" + f.read_bytes() for f in files)
+
+
+# -- the env's choice ---------------------------------------------------------------------------
+
+
+def check_choice(choice: object) -> None:
+    """A `ValueError` unless `compile=choice` is one the env takes."""
+    if not (isinstance(choice, bool) or (isinstance(choice, str) and choice == "auto")):
+        raise ValueError(f"compile must be True, False or 'auto', got {choice!r}")
+
+
+def stepper(
+    choice: bool | str,
+    game: TensorGame[Any],
+    layout: Layout,
+    mode: AutoresetMode,
+    num_envs: int,
+    device: torch.device,
+) -> EagerStepper | CompiledStepper:
+    """The stepper that `compile=choice` asks for: False the game's eager form, True the
+    compiled step (built first if the cache lacks it), "auto" the compiled step on CUDA (a
+    kernel launch per eager operation makes the eager step slow there) and the eager form
+    elsewhere. A step that cannot be built or loaded falls back to the eager form (the same
+    games), with a warning."""
+    eager = EagerStepper(game.eager_form(num_envs, device), layout, mode)
+    if choice is False or (choice == "auto" and device.type != "cuda"):
+        return eager
+    if not supported(device):
+        log.warning(
+            "%s: compile=True, but this torch builds no compiled step for %s devices; "
+            "running the eager step",
+            type(game).__name__,
+            device.type,
+        )
+        return eager
+    try:
+        return load(game, layout, mode, device)
+    except Exception as err:  # no C++ compiler, say: the eager step gives the same games
+        log.warning(
+            "%s: building the compiled step failed (%s); running eager", type(game).__name__, err
+        )
+        return eager
