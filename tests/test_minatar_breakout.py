@@ -37,7 +37,7 @@ gymnax = pytest.importorskip("gymnax", reason="the reference rules are gymnax's 
 jnp = jax.numpy
 from gymnax.environments.minatar.breakout import EnvState  # noqa: E402
 
-BRICK_CELLS = 30  # rows 1-3 of 10 columns: the only cells that ever hold a brick
+BRICK_BITS = 10 * np.arange(1, 4)[:, None] + np.arange(10)  # rows 1-3: where bricks stand
 INT_FIELDS = ("ball_y", "ball_x", "ball_dir", "pos", "last_y", "last_x", "time")
 BOOL_FIELDS = ("strike", "terminal")
 
@@ -60,10 +60,9 @@ def to_gymnax(state: BreakoutState) -> EnvState:
     """gymnax's batched `EnvState` for our state, with the dtypes of gymnax's own states."""
     fields = {name: jnp.asarray(getattr(state, name).numpy(), jnp.int32) for name in INT_FIELDS}
     fields |= {name: jnp.asarray(getattr(state, name).numpy()) for name in BOOL_FIELDS}
-    bits = state.bricks.numpy().astype(np.int64)
-    brick_map = np.zeros((len(bits), 10, 10), np.float32)
-    brick_map[:, 1:4, :] = ((bits[:, None] >> np.arange(BRICK_CELLS)) & 1).reshape(-1, 3, 10)
-    return EnvState(brick_map=jnp.asarray(brick_map), **fields)
+    cells = np.minimum(np.arange(100), 63)  # bit 10*row+column; bit 63 is never set
+    brick_map = (state.bricks.numpy()[:, None] >> cells) & 1
+    return EnvState(brick_map=jnp.asarray(brick_map.reshape(-1, 10, 10), jnp.float32), **fields)
 
 
 def from_gymnax(state: EnvState) -> BreakoutState:
@@ -72,16 +71,15 @@ def from_gymnax(state: EnvState) -> BreakoutState:
     assert np.isin(brick_map, (0.0, 1.0)).all(), "a brick map holds 0 or 1"
     outside = np.delete(brick_map, (1, 2, 3), axis=1)
     assert not outside.any(), "bricks outside rows 1-3 have no place in a BreakoutState"
-    cells = brick_map[:, 1:4, :].reshape(-1, BRICK_CELLS).astype(np.int64)
+    cells = brick_map.reshape(-1, 100)[:, :64].astype(np.int64)
     fields = {
-        name: torch.from_numpy(np.asarray(getattr(state, name), np.int32).copy())
-        for name in INT_FIELDS
+        name: torch.from_numpy(np.asarray(getattr(state, name), np.int64)) for name in INT_FIELDS
     }
     fields |= {
         name: torch.from_numpy(np.asarray(getattr(state, name), np.bool_).copy())
         for name in BOOL_FIELDS
     }
-    bricks = (cells << np.arange(BRICK_CELLS)).sum(1).astype(np.int32)
+    bricks = (cells << np.arange(64)).sum(1)
     return BreakoutState(bricks=torch.from_numpy(bricks), **fields)
 
 
@@ -132,8 +130,8 @@ def random_play_states(gym: Any, num_envs: int, num_steps: int, seed: int) -> En
 def thinned(state: BreakoutState, keep: float, generator: torch.Generator) -> BreakoutState:
     """`state` with each brick kept with probability `keep`: sparse and empty walls, whose
     refills random play rarely reaches."""
-    mask = torch.rand(len(state.bricks), BRICK_CELLS, generator=generator) < keep
-    bits = (mask.to(torch.int64) << torch.arange(BRICK_CELLS)).sum(1).to(torch.int32)
+    mask = torch.rand(len(state.bricks), 30, generator=generator) < keep
+    bits = (mask.long() << torch.from_numpy(BRICK_BITS.ravel())).sum(1)
     return state._replace(bricks=state.bricks & bits)
 
 
@@ -143,12 +141,12 @@ def uniform_states(n: int, generator: torch.Generator) -> BreakoutState:
     sit on the bottom row (after a step down it is below the board, as in gymnax)."""
 
     def ints(high: int) -> torch.Tensor:
-        return torch.randint(0, high, (n,), generator=generator, dtype=torch.int32)
+        return torch.randint(0, high, (n,), generator=generator)
 
     def flags() -> torch.Tensor:
         return torch.randint(0, 2, (n,), generator=generator).to(torch.bool)
 
-    full = torch.randint(0, 2**BRICK_CELLS, (n,), generator=generator, dtype=torch.int32)
+    full = torch.randint(0, 2**30, (n,), generator=generator) << 10  # rows 1-3 at random
     state = BreakoutState(
         ball_y=ints(10),
         ball_x=ints(10),
@@ -191,7 +189,7 @@ def test_states_convert_both_ways(played: EnvState) -> None:
     ours = from_gymnax(theirs)
     assert_same_gymnax_states(to_gymnax(ours), theirs)
     assert_same_states(from_gymnax(to_gymnax(ours)), ours)
-    assert ours.bricks.dtype == torch.int32 and ours.strike.dtype == torch.bool
+    assert ours.bricks.dtype == torch.int64 and ours.strike.dtype == torch.bool
 
 
 def test_a_brick_map_outside_rows_1_to_3_does_not_convert(played: EnvState) -> None:
@@ -261,7 +259,7 @@ def test_starts_are_gymnax_starts(gym: Any) -> None:
 def test_the_time_limit_is_gymnax_max_steps(gym: Any) -> None:
     assert gym.params.max_steps_in_episode == MAX_STEPS_IN_EPISODE
     state = initial_state(torch.zeros(3, dtype=torch.int64))
-    state = state._replace(time=torch.tensor([998, 999, 1000], dtype=torch.int32))
+    state = state._replace(time=torch.tensor([998, 999, 1000]))
     assert truncated(state).tolist() == [False, False, True]
     new, _, _ = advance(state, torch.zeros(3, dtype=torch.int64))
     assert truncated(new).tolist() == [False, True, True]

@@ -13,14 +13,16 @@ functions also trace on `device="meta"`).
 
 How the state is held, and why:
 
-* The brick map is one int32 per game, bit `10 * (row - 1) + column` for the 30 cells of
-  rows 1-3. Bricks never occupy another row (the start and every refill fill exactly rows
-  1-3; a strike only removes), so this is the whole map: a lookup is a shift, a refill a
-  constant, "all cleared" a compare with zero, and every other field is an `(N,)` tensor
-  too, so a step is a short chain of elementwise kernels.
+* Every field is an `(N,)` tensor, so a step is a short chain of elementwise kernels (on the
+  CPU, eager cost is mostly a fixed price per kernel: fewer kernels is faster).
+* The brick map is one int64 per game: bit `10 * row + column` is set where a brick stands.
+  Bricks only ever occupy rows 1-3 (bits 10-39): the start and every refill fill exactly
+  those rows and a strike only removes, so this is the whole map. A lookup is a shift, a
+  strike an XOR, a refill a constant, "all cleared" a compare with zero.
 * Directions are gymnax's codes (0 up-left, 1 up-right, 2 down-right, 3 down-left), so a
-  state converts to gymnax's field by field. Their bounces are bit operations: `d ^ 1`
-  reverses the horizontal motion, `3 - d` the vertical, `d ^ 2` both.
+  state converts to gymnax's field by field. In these codes every bounce is an XOR:
+  `d ^ 1` reverses the horizontal motion, `d ^ 3` the vertical, `d ^ 2` both; XORs
+  commute, so a step's bounces combine in any order.
 """
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ import torch
 GRID = 10  # the board is GRID x GRID cells; row 0 is the top, the paddle lives in row 9
 BOTTOM = GRID - 1
 BRICK_ROWS = (1, 2, 3)  # the rows that hold bricks
-FULL_WALL = (1 << (GRID * len(BRICK_ROWS))) - 1  # all 30 bricks present
+FULL_WALL = ((1 << (GRID * len(BRICK_ROWS))) - 1) << (GRID * BRICK_ROWS[0])  # bits 10-39
 NUM_ACTIONS = 3  # gymnax's minimal action set: 0 no-op, 1 left, 2 right
 MAX_STEPS_IN_EPISODE = 1000  # gymnax's `EnvParams.max_steps_in_episode`
 OBS_SHAPE = (GRID, GRID, 4)  # channels last: paddle, ball, trail, brick (gymnax's order)
 START_ROW = 3  # the ball starts here, in column 0 or 9
 START_PADDLE = 4
-_NO_BRICK_SHIFT = 31  # a shift that reads 0 from any brick map (which uses bits 0-29)
+HORIZONTAL, VERTICAL, BOTH = 1, 3, 2  # XOR a direction code with these to bounce
+_EMPTY_BIT = 63  # a brick-map bit that is never set: cells past it read it
 
 
 class BreakoutState(NamedTuple):
@@ -47,15 +50,15 @@ class BreakoutState(NamedTuple):
     Plain data: a snapshot of some games is `BreakoutState(*(f[index] for f in state))`.
     """
 
-    ball_y: torch.Tensor  # (N,) int32 row of the ball (0 = top)
-    ball_x: torch.Tensor  # (N,) int32 column of the ball
-    ball_dir: torch.Tensor  # (N,) int32 0 up-left, 1 up-right, 2 down-right, 3 down-left
-    pos: torch.Tensor  # (N,) int32 column of the paddle (in row 9)
-    bricks: torch.Tensor  # (N,) int32 bit 10*(row-1)+column set where rows 1-3 hold a brick
+    ball_y: torch.Tensor  # (N,) int64 row of the ball (0 = top)
+    ball_x: torch.Tensor  # (N,) int64 column of the ball
+    ball_dir: torch.Tensor  # (N,) int64 0 up-left, 1 up-right, 2 down-right, 3 down-left
+    pos: torch.Tensor  # (N,) int64 column of the paddle (in row 9)
+    bricks: torch.Tensor  # (N,) int64 bit 10*row+column set where a brick stands
     strike: torch.Tensor  # (N,) bool, the ball moved into a brick cell on the last step
-    last_y: torch.Tensor  # (N,) int32 row of the ball before the last step (the trail)
-    last_x: torch.Tensor  # (N,) int32 column of the ball before the last step
-    time: torch.Tensor  # (N,) int32 steps taken this episode
+    last_y: torch.Tensor  # (N,) int64 row of the ball before the last step (the trail)
+    last_x: torch.Tensor  # (N,) int64 column of the ball before the last step
+    time: torch.Tensor  # (N,) int64 steps taken this episode
     terminal: torch.Tensor  # (N,) bool, the ball reached the bottom row past the paddle
 
 
@@ -66,7 +69,7 @@ def initial_state(bits: torch.Tensor) -> BreakoutState:
     picks it here, so starts follow the same distribution (not the same draws as a JAX key).
     Left: column 0, moving down-right (2); right: column 9, moving down-left (3).
     """
-    right = (bits & 1).to(torch.int32)
+    right = bits & 1
     row = torch.full_like(right, START_ROW)
     column = right * BOTTOM
     false = torch.zeros_like(right, dtype=torch.bool)
@@ -90,45 +93,43 @@ def advance(
     """One step of every game: `(new state, reward float32 (N,), terminated bool (N,))`.
 
     `action`: integer `(N,)` of 0 (no-op), 1 (left), 2 (right), gymnax's minimal action set.
-    The order of gymnax's `step_agent` then `step_ball_brick`: the paddle moves; the ball
+    In the order of gymnax's `step_agent` then `step_ball_brick`: the paddle moves; the ball
     moves one cell along its diagonal, bouncing off the side walls and the ceiling; moving
-    into a brick breaks it (+1) and bounces the ball back to its row, unless the ball
-    entered a brick on the previous step too (`strike`: then it passes into the cell); on
-    reaching the bottom row with no brick left, the wall is refilled; on the bottom row the
-    ball bounces back up if it came from the paddle's new column (straight back) or lands on
-    it (reflected sideways), else the game ends.
+    into a brick breaks it (+1) and sends the ball back to its row, vertically reversed,
+    unless the ball entered a brick on the previous step too (`strike`: then it passes into
+    the cell). On the bottom row an empty wall is refilled, and the paddle sends the ball
+    back to its row: vertically reversed if the ball came from the paddle's (new) column,
+    fully reversed if it lands on the paddle; else the game ends.
     """
     d, x0, y0 = state.ball_dir, state.ball_x, state.ball_y
-    pos = (state.pos + (action == 2).to(torch.int32) - (action == 1).to(torch.int32)).clamp(
-        0, BOTTOM
-    )
+    # (A bool adds as 0/1; torch refuses to subtract one, hence the one cast.)
+    pos = (state.pos - (action == 1).long() + (action == 2)).clamp(0, BOTTOM)
 
     # The diagonal step: down for directions 2 and 3, right for directions 1 and 2.
-    y = y0 + ((d >> 1) * 2 - 1)
-    x = x0 + (((d ^ (d >> 1)) & 1) * 2 - 1)
+    y = y0 + (d & 2) - 1
+    x = x0 + ((d + 1) & 2) - 1
     side = (x < 0) | (x > BOTTOM)
     x = x.clamp(0, BOTTOM)
-    d = torch.where(side, d ^ 1, d)
     ceiling = y < 0
     y = y.clamp(min=0)
-    d = torch.where(ceiling, 3 - d, d)
 
-    # Bricks: gymnax's strike_toggle (the ball is in a brick cell) and strike_bool (it breaks).
-    in_brick = ~ceiling & (_brick_at(state.bricks, y, x) != 0)
+    # Bricks: gymnax's strike_toggle (the ball is in a brick cell; never on row 0, so never
+    # after a ceiling bounce) and strike_bool (the brick breaks).
+    bit = (y * GRID + x).clamp(max=_EMPTY_BIT)  # below the board: the empty bit
+    in_brick = ((state.bricks >> bit) & 1).bool()
     breaks = in_brick & ~state.strike
-    bricks = state.bricks & ~(breaks.to(torch.int32) << _brick_shift(y, x))
-    y = torch.where(breaks, y0, y)
-    d = torch.where(breaks, 3 - d, d)
+    bricks = state.bricks ^ (breaks.long() << bit)  # a breaking brick's bit is set
 
-    # The bottom row: refill an empty wall, then the paddle returns the ball or the game ends.
-    bottom = ~in_brick & (y == BOTTOM)
+    # The bottom row (never a brick cell): refill an empty wall, then the paddle or the end.
+    bottom = y == BOTTOM
     bricks = torch.where(bottom & (bricks == 0), FULL_WALL, bricks)
-    back = bottom & (x0 == pos)  # the ball left the paddle's (new) column: straight back up
-    sideways = bottom & ~back & (x == pos)  # the ball lands on the paddle: reflected
-    d = torch.where(back, 3 - d, torch.where(sideways, d ^ 2, d))
-    y = torch.where(back | sideways, y0, y)
-    terminal = bottom & ~back & ~sideways
+    back = bottom & (x0 == pos)  # the ball came from the paddle's column: straight back
+    sideways = bottom & ~back & (x == pos)  # the ball lands on the paddle
+    terminal = bottom & ~(back | sideways)
 
+    vertical = ceiling | breaks | back
+    d = d ^ side ^ (vertical * VERTICAL) ^ (sideways * BOTH)
+    y = torch.where(breaks | back | sideways, y0, y)
     new_state = BreakoutState(
         ball_y=y,
         ball_x=x,
@@ -153,32 +154,30 @@ def observe(state: BreakoutState) -> torch.Tensor:
     """bool `(N, 10, 10, 4)`: gymnax's planes, channels last: paddle, ball, trail, brick.
 
     gymnax returns the same 0/1 values as float32; bool holds them in a quarter of the bytes
-    and a consumer's `.to(torch.float32)` gives gymnax's array exactly. A ball below the
-    board (only after the game ended) shows in no cell, as gymnax's out-of-bounds write is
-    dropped.
+    and a consumer's `.to(torch.float32)` gives gymnax's array exactly.
+
+    Built as gymnax builds it, by writes into a zeroed board: the wall's bits unpacked
+    into the brick plane of rows 1-3, then one scatter of the paddle, ball and trail cells.
+    (Comparing every cell with each object's position costs several times more: it reads
+    and writes the whole board once per object.) A ball below the board (only after the
+    game ended) shows in no cell, as gymnax drops its out-of-bounds write: its index is
+    redirected to the paddle's cell, which is set anyway.
     """
+    n = state.pos.shape[0]
     device = state.pos.device
-    cells = torch.arange(GRID * GRID, device=device, dtype=torch.int32)
-    cell = torch.stack(
-        (
-            state.pos + BOTTOM * GRID,
-            state.ball_y * GRID + state.ball_x,
-            state.last_y * GRID + state.last_x,
-        ),
-        dim=1,
-    )  # (N, 3) cell index of the paddle, the ball and its trail
-    marks = cells[None, :, None] == cell[:, None, :]
-    shifts = _brick_shift(cells // GRID, cells % GRID)
-    brick = ((state.bricks[:, None] >> shifts) & 1).to(torch.bool)
-    return torch.cat((marks, brick[:, :, None]), dim=2).view(-1, *OBS_SHAPE)
+    planes = OBS_SHAPE[2]
+    board = torch.zeros((n, GRID, GRID, planes), dtype=torch.bool, device=device)
+    first, last = BRICK_ROWS[0] * GRID, (BRICK_ROWS[-1] + 1) * GRID
+    wall = (state.bricks[:, None] >> torch.arange(first, last, device=device)) & 1
+    board[:, BRICK_ROWS[0] : BRICK_ROWS[-1] + 1, :, 3] = wall.view(n, len(BRICK_ROWS), GRID)
 
+    paddle = (state.pos + BOTTOM * GRID) * planes
 
-def _brick_shift(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """The bit of cell (y, x) in a brick map; `_NO_BRICK_SHIFT` (reads 0) outside rows 1-3."""
-    inside = (y >= BRICK_ROWS[0]) & (y <= BRICK_ROWS[-1])
-    return torch.where(inside, (y - BRICK_ROWS[0]) * GRID + x, _NO_BRICK_SHIFT)
+    def index(y: torch.Tensor, x: torch.Tensor, plane: int) -> torch.Tensor:
+        return torch.where(y <= BOTTOM, (y * GRID + x) * planes + plane, paddle)
 
-
-def _brick_at(bricks: torch.Tensor, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """int32 `(N,)`: 1 where cell (y, x) holds a brick, else 0."""
-    return (bricks >> _brick_shift(y, x)) & 1
+    marks = torch.stack(
+        (paddle, index(state.ball_y, state.ball_x, 1), index(state.last_y, state.last_x, 2)), 1
+    )
+    board.view(n, -1).scatter_(1, marks, True)
+    return board
