@@ -9,11 +9,16 @@ Three variants, each stepping `N` games with random actions and restarting ended
 * `torch_eager`: `fruit_env.games.minatar_breakout` as written: `advance`, then a
   `torch.where` over the state with `initial_state` for the games that ended (terminated or
   truncated), then `observe` (the restarted game's observation, as gymnax's step returns).
-* `torch_compiled`: the same function through `torch.compile(fullgraph=True)`, built once
-  per size before timing (its compile time is recorded).
+* `torch_compiled`: the same, with `advance` and the restart through `torch.compile`
+  (fullgraph, static shapes, built once per size before timing; `first_block_s` records the
+  first block, compile included, as for `jax`) and `observe` eager. Compiling `observe` too
+  is slower at 1024 envs and up on the CPU: inductor writes the board in a scalar loop over
+  its 400 cells per game, against eager's memset and one scatter.
 * `jax`: the raw loop over gymnax's `Breakout-MinAtar`, `jax.jit(jax.vmap(env.step))`, whose
   step resets ended games itself (and also returns the final observation in `info`); the
   block ends with `jax.block_until_ready`, so JAX's asynchronous dispatch is timed in full.
+* `jax_scan` (for reference, not the target): the same steps as one `jax.lax.scan` per
+  block, one XLA program with no per-step dispatch.
 
 Randomness is drawn before timing, as banks of `(steps, N)` tensors: actions for all
 variants, 32 random bits per game and step for ours, a JAX key per game and step for gymnax.
@@ -57,17 +62,29 @@ from fruit_env.games.minatar_breakout import (  # noqa: E402
 )
 
 StepOutput = tuple[BreakoutState, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+Transition = tuple[BreakoutState, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def torch_step(state: BreakoutState, action: torch.Tensor, bits: torch.Tensor) -> StepOutput:
-    """One vector step as a Gymnasium shell would run it (same-step restart of ended games):
-    `(state, obs, reward, terminated, truncated)`."""
+def transition(state: BreakoutState, action: torch.Tensor, bits: torch.Tensor) -> Transition:
+    """The rules' step with same-step restart of ended games, as a Gymnasium shell runs it:
+    `(state, reward, terminated, truncated)`."""
     state, reward, terminated = advance(state, action)
     cut = truncated(state)
     ended = terminated | cut
     fresh = initial_state(bits)
     state = BreakoutState(*(torch.where(ended, f, s) for f, s in zip(fresh, state, strict=True)))
-    return state, observe(state), reward, terminated, cut
+    return state, reward, terminated, cut
+
+
+def stepper(transition: Callable[..., Transition]) -> Callable[..., StepOutput]:
+    """A vector step from a transition: `(state, obs, reward, terminated, truncated)`, the
+    observation of the restarted games where games ended, as gymnax's step returns."""
+
+    def step(state: BreakoutState, action: torch.Tensor, bits: torch.Tensor) -> StepOutput:
+        state, reward, terminated, cut = transition(state, action, bits)
+        return state, observe(state), reward, terminated, cut
+
+    return step
 
 
 class TorchLoop:
@@ -88,9 +105,10 @@ class TorchLoop:
 
 
 class JaxLoop:
-    """`steps` gymnax steps of `n` games per block, with banked actions and keys."""
+    """`steps` gymnax steps of `n` games per block, with banked actions and keys: one jitted
+    call per step (the raw loop), or with `scan` the whole block as one XLA program."""
 
-    def __init__(self, n: int, steps: int, seed: int) -> None:
+    def __init__(self, n: int, steps: int, seed: int, scan: bool = False) -> None:
         import gymnax
         import jax
 
@@ -98,34 +116,53 @@ class JaxLoop:
         env, self.params = gymnax.make("Breakout-MinAtar")
         self.step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, None)))
         key_actions, key_steps, key_reset = jax.random.split(jax.random.PRNGKey(seed), 3)
-        self.actions = list(jax.random.randint(key_actions, (steps, n), 0, NUM_ACTIONS))
-        self.keys = list(jax.random.split(key_steps, steps * n).reshape(steps, n, -1))
+        self.actions = jax.random.randint(key_actions, (steps, n), 0, NUM_ACTIONS)
+        self.keys = jax.random.split(key_steps, steps * n).reshape(steps, n, -1)
         reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
         _, self.state = reset(jax.random.split(key_reset, n), self.params)
+        self.scan = jax.jit(self._scan) if scan else None
+
+    def _scan(self, state: Any, keys: Any, actions: Any) -> Any:
+        """The block's final state and observation: the observation rides in the carry, so
+        XLA computes it at every step (as the raw loop returns it) without storing them all."""
+
+        def one(carry: tuple[Any, Any], key_action: tuple[Any, Any]) -> tuple[Any, None]:
+            key, action = key_action
+            obs, state, *_ = self.step(key, carry[1], action, self.params)
+            return (obs, state), None
+
+        obs = self.jax.numpy.zeros((len(keys[0]), 10, 10, 4), self.jax.numpy.float32)
+        return self.jax.lax.scan(one, (obs, state), (keys, actions))[0]
 
     def block(self) -> None:
-        state, out = self.state, None
-        for key, action in zip(self.keys, self.actions, strict=True):
-            out = self.step(key, state, action, self.params)
+        if self.scan is not None:
+            out = self.scan(self.state, self.keys, self.actions)
             state = out[1]
+        else:
+            state, out = self.state, None
+            for key, action in zip(self.keys, self.actions, strict=True):
+                out = self.step(key, state, action, self.params)
+                state = out[1]
         self.jax.block_until_ready(out)
         self.state = state
 
 
 def time_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
-    loops: dict[str, Any] = {"torch_eager": TorchLoop(n, args.steps, torch_step, seed=n)}
+    loops: dict[str, Any] = {"torch_eager": TorchLoop(n, args.steps, stepper(transition), seed=n)}
     compile_s = None
     if args.compile:
-        loop = TorchLoop(n, args.steps, torch.compile(torch_step, fullgraph=True), seed=n)
+        compiled = torch.compile(transition, fullgraph=True, dynamic=False)
+        loop = TorchLoop(n, args.steps, stepper(compiled), seed=n)
         start = time.perf_counter()
-        loop.step(loop.state, loop.actions[0], loop.bits[0])
+        loop.block()
         compile_s = time.perf_counter() - start
         loops["torch_compiled"] = loop
     start = time.perf_counter()
-    jax_loop = loops["jax"] = JaxLoop(n, args.steps, seed=n)
-    out = jax_loop.step(jax_loop.keys[0], jax_loop.state, jax_loop.actions[0], jax_loop.params)
-    jax_loop.jax.block_until_ready(out)
+    loops["jax"] = JaxLoop(n, args.steps, seed=n)
+    loops["jax"].block()
     jax_compile_s = time.perf_counter() - start
+    if args.scan:
+        loops["jax_scan"] = JaxLoop(n, args.steps, seed=n, scan=True)
 
     names = list(loops)
     for name in names:
@@ -146,7 +183,7 @@ def time_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
     row: dict[str, Any] = {
         "num_envs": n,
         "steps_per_block": args.steps,
-        "compile_s": {"torch_compiled": compile_s, "jax": jax_compile_s},
+        "first_block_s": {"torch_compiled": compile_s, "jax": jax_compile_s},
         "block_s": blocks,
         "block_cpu_s": cpu_blocks,
         "steps_per_s": {name: steps_per_s(statistics.median(b)) for name, b in blocks.items()},
@@ -171,6 +208,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="3 rounds, 1 warm-up block")
     parser.add_argument("--no-compile", dest="compile", action="store_false")
+    parser.add_argument(
+        "--no-scan", dest="scan", action="store_false", help="skip the jax_scan variant"
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.warmup = 3, 1
