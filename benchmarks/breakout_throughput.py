@@ -215,6 +215,7 @@ def main() -> None:
     if args.quick:
         args.rounds, args.warmup = 3, 1
     torch.set_num_threads(1)
+    machine = machine_info()  # the load average before the run; `load_average_end` after
 
     rows = []
     for n in args.sizes:
@@ -225,7 +226,8 @@ def main() -> None:
         cpu = ", ".join(f"{k} {v:.2f}x" for k, v in row["cpu_ratio_to_jax"].items())
         print(f"{n:5d} envs: {figures} steps/s; against jax: {ratios} (CPU time: {cpu})")
 
-    machine = machine_info() | {
+    machine |= {
+        "load_average_end": os.getloadavg(),
         "jax": version("jax"),
         "jaxlib": version("jaxlib"),
         "gymnax": version("gymnax"),
