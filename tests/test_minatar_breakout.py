@@ -267,6 +267,14 @@ def test_the_time_limit_is_gymnax_max_steps(gym: Any) -> None:
     assert truncated(new).tolist() == [False, True, True]
 
 
+@pytest.mark.parametrize(
+    "bits", [torch.zeros(3, dtype=torch.int32), torch.zeros(3, 1, dtype=torch.int64)]
+)
+def test_initial_state_names_bad_bits(bits: torch.Tensor) -> None:
+    with pytest.raises(ValueError, match=r"bits must be an \(N,\) int64 tensor, got"):
+        initial_state(bits)
+
+
 def test_rules_trace_on_the_meta_device() -> None:
     """No host read and no data-dependent shape: the rules run on shapes alone."""
     state = initial_state(torch.zeros(5, dtype=torch.int64, device="meta"))

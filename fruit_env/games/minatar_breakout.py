@@ -69,6 +69,8 @@ def initial_state(bits: torch.Tensor) -> BreakoutState:
     picks it here, so starts follow the same distribution (not the same draws as a JAX key).
     Left: column 0, moving down-right (2); right: column 9, moving down-left (3).
     """
+    if bits.dtype != torch.int64 or bits.dim() != 1:
+        raise ValueError(f"bits must be an (N,) int64 tensor, got {bits.dtype} {tuple(bits.shape)}")
     right = bits & 1
     row = torch.full_like(right, START_ROW)
     column = right * BOTTOM
@@ -92,7 +94,8 @@ def advance(
 ) -> tuple[BreakoutState, torch.Tensor, torch.Tensor]:
     """One step of every game: `(new state, reward float32 (N,), terminated bool (N,))`.
 
-    `action`: integer `(N,)` of 0 (no-op), 1 (left), 2 (right), gymnax's minimal action set.
+    `action`: integer `(N,)` of 0 (no-op), 1 (left), 2 (right), gymnax's minimal action set
+    (other values act as no-ops here and are the caller's to reject; gymnax would clamp them).
     In the order of gymnax's `step_agent` then `step_ball_brick`: the paddle moves; the ball
     moves one cell along its diagonal, bouncing off the side walls and the ceiling; moving
     into a brick breaks it (+1) and sends the ball back to its row, vertically reversed,
@@ -128,7 +131,7 @@ def advance(
     terminal = bottom & ~(back | sideways)
 
     vertical = ceiling | breaks | back
-    d = d ^ side ^ (vertical * VERTICAL) ^ (sideways * BOTH)
+    d = d ^ side ^ (vertical * VERTICAL) ^ (sideways * BOTH)  # side as a bool is HORIZONTAL
     y = torch.where(breaks | back | sideways, y0, y)
     new_state = BreakoutState(
         ball_y=y,
