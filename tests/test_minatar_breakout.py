@@ -1,7 +1,8 @@
 """MinAtar Breakout in torch against gymnax's `Breakout-MinAtar`, whose rules it copies.
 
 States convert field by field between gymnax's `EnvState` and `BreakoutState` (the brick map
-packs into the bits of one int64). From the same states, reached by random play in gymnax and drawn
+packs into the bits of one int32; `score`, which gymnax does not keep, is the return so
+far). From the same states, reached by random play in gymnax and drawn
 uniformly over the fields' ranges, both step with every action and must agree exactly:
 every field of the next state, the reward, termination and the observation. gymnax's
 `step` resets ended games, so the comparison is against its `step_env`. Starts and
@@ -18,13 +19,13 @@ import numpy as np
 import pytest
 import torch
 
-from fruit_env import rng
 from fruit_env.games.minatar_breakout import (
     MAX_STEPS_IN_EPISODE,
     NUM_ACTIONS,
     OBS_SHAPE,
     BreakoutState,
     advance,
+    episode,
     initial_state,
     observe,
     truncated,
@@ -37,7 +38,7 @@ gymnax = pytest.importorskip("gymnax", reason="the reference rules are gymnax's 
 jnp = jax.numpy
 from gymnax.environments.minatar.breakout import EnvState  # noqa: E402
 
-BRICK_BITS = 10 * np.arange(1, 4)[:, None] + np.arange(10)  # rows 1-3: where bricks stand
+BRICK_BITS = np.arange(1, 31)  # the wall's bits: row 1 + k // 10, column k % 10 for bit k + 1
 INT_FIELDS = ("ball_y", "ball_x", "ball_dir", "pos", "last_y", "last_x", "time")
 BOOL_FIELDS = ("strike", "terminal")
 
@@ -57,30 +58,34 @@ def gym() -> Any:
 
 
 def to_gymnax(state: BreakoutState) -> EnvState:
-    """gymnax's batched `EnvState` for our state, with the dtypes of gymnax's own states."""
-    fields = {name: jnp.asarray(getattr(state, name).numpy(), jnp.int32) for name in INT_FIELDS}
+    """gymnax's batched `EnvState` for our state (less `score`, which gymnax does not keep),
+    with the dtypes of gymnax's own states."""
+    fields = {name: jnp.asarray(getattr(state, name).numpy()) for name in INT_FIELDS}
     fields |= {name: jnp.asarray(getattr(state, name).numpy()) for name in BOOL_FIELDS}
-    cells = np.minimum(np.arange(100), 63)  # bit 10*row+column; bit 63 is never set
-    brick_map = (state.bricks.numpy()[:, None] >> cells) & 1
-    return EnvState(brick_map=jnp.asarray(brick_map.reshape(-1, 10, 10), jnp.float32), **fields)
+    brick_map = np.zeros((len(state.bricks), 10, 10), np.float32)
+    wall = (state.bricks.numpy()[:, None] >> BRICK_BITS) & 1
+    brick_map[:, 1:4, :] = wall.reshape(-1, 3, 10)
+    return EnvState(brick_map=jnp.asarray(brick_map), **fields)
 
 
-def from_gymnax(state: EnvState) -> BreakoutState:
-    """Our state for a batched gymnax `EnvState`; its bricks must lie in rows 1-3."""
+def from_gymnax(state: EnvState, score: torch.Tensor | None = None) -> BreakoutState:
+    """Our state for a batched gymnax `EnvState` (whose bricks must lie in rows 1-3), with
+    `score` (zeros unless given)."""
     brick_map = np.asarray(state.brick_map)
     assert np.isin(brick_map, (0.0, 1.0)).all(), "a brick map holds 0 or 1"
     outside = np.delete(brick_map, (1, 2, 3), axis=1)
     assert not outside.any(), "bricks outside rows 1-3 have no place in a BreakoutState"
-    cells = brick_map.reshape(-1, 100)[:, :64].astype(np.int64)
+    wall = brick_map[:, 1:4, :].reshape(-1, 30).astype(np.int64)
     fields = {
-        name: torch.from_numpy(np.asarray(getattr(state, name), np.int64)) for name in INT_FIELDS
+        name: torch.from_numpy(np.array(getattr(state, name), np.int32)) for name in INT_FIELDS
     }
     fields |= {
-        name: torch.from_numpy(np.asarray(getattr(state, name), np.bool_).copy())
-        for name in BOOL_FIELDS
+        name: torch.from_numpy(np.array(getattr(state, name), np.bool_)) for name in BOOL_FIELDS
     }
-    bricks = (cells << np.arange(64)).sum(1)
-    return BreakoutState(bricks=torch.from_numpy(bricks), **fields)
+    bricks = torch.from_numpy((wall << BRICK_BITS).sum(1).astype(np.int32))
+    if score is None:
+        score = torch.zeros(len(bricks), dtype=torch.int32)
+    return BreakoutState(bricks=bricks, score=score, **fields)
 
 
 def assert_same_gymnax_states(a: EnvState, b: EnvState) -> None:
@@ -131,7 +136,7 @@ def thinned(state: BreakoutState, keep: float, generator: torch.Generator) -> Br
     """`state` with each brick kept with probability `keep`: sparse and empty walls, whose
     refills random play rarely reaches."""
     mask = torch.rand(len(state.bricks), 30, generator=generator) < keep
-    bits = (mask.long() << torch.from_numpy(BRICK_BITS.ravel())).sum(1)
+    bits = (mask.long() << torch.from_numpy(BRICK_BITS)).sum(1).to(torch.int32)
     return state._replace(bricks=state.bricks & bits)
 
 
@@ -141,12 +146,12 @@ def uniform_states(n: int, generator: torch.Generator) -> BreakoutState:
     sit on the bottom row (after a step down it is below the board, as in gymnax)."""
 
     def ints(high: int) -> torch.Tensor:
-        return torch.randint(0, high, (n,), generator=generator)
+        return torch.randint(0, high, (n,), generator=generator, dtype=torch.int32)
 
     def flags() -> torch.Tensor:
         return torch.randint(0, 2, (n,), generator=generator).to(torch.bool)
 
-    full = torch.randint(0, 2**30, (n,), generator=generator) << 10  # rows 1-3 at random
+    full = torch.randint(0, 2**30, (n,), generator=generator, dtype=torch.int32) << 1
     state = BreakoutState(
         ball_y=ints(10),
         ball_x=ints(10),
@@ -158,6 +163,7 @@ def uniform_states(n: int, generator: torch.Generator) -> BreakoutState:
         last_x=ints(10),
         time=ints(MAX_STEPS_IN_EPISODE),
         terminal=flags(),
+        score=ints(100),
     )
     return cat_states(state, thinned(state, 0.1, generator), thinned(state, 0.0, generator))
 
@@ -188,8 +194,9 @@ def test_states_convert_both_ways(played: EnvState) -> None:
     theirs = played
     ours = from_gymnax(theirs)
     assert_same_gymnax_states(to_gymnax(ours), theirs)
-    assert_same_states(from_gymnax(to_gymnax(ours)), ours)
-    assert ours.bricks.dtype == torch.int64 and ours.strike.dtype == torch.bool
+    ours = ours._replace(score=torch.arange(len(ours.score), dtype=torch.int32))
+    assert_same_states(from_gymnax(to_gymnax(ours), ours.score), ours)
+    assert ours.bricks.dtype == torch.int32 and ours.strike.dtype == torch.bool
 
 
 def test_a_brick_map_outside_rows_1_to_3_does_not_convert(played: EnvState) -> None:
@@ -212,7 +219,7 @@ def test_every_action_steps_as_gymnax_step_env(gym: Any, states: BreakoutState) 
         obs_j, new_j, reward_j, terminated_j, _ = gym.vstep_env(
             keys, theirs, jnp.full((n,), a), gym.params
         )
-        assert_same_states(new, from_gymnax(new_j))
+        assert_same_states(new, from_gymnax(new_j, states.score + reward.to(torch.int32)))
         assert reward.dtype == torch.float32 and terminated.dtype == torch.bool
         np.testing.assert_array_equal(reward.numpy(), np.asarray(reward_j))
         np.testing.assert_array_equal(terminated.numpy(), np.asarray(terminated_j))
@@ -243,8 +250,7 @@ def test_observations_are_gymnax_planes(gym: Any, states: BreakoutState) -> None
 def test_starts_are_gymnax_starts(gym: Any) -> None:
     """Both of gymnax's starts, each about half the time, from our bits and from JAX keys."""
     n = 4096
-    bits = rng.draw(torch.tensor(rng.seed_keys(np.arange(n))), torch.zeros(n, dtype=torch.int64))
-    ours = initial_state(bits)
+    ours = initial_state(torch.randint(0, 2**32, (n,), generator=torch.Generator().manual_seed(4)))
     _, theirs_j = gym.vreset(jax.random.split(jax.random.PRNGKey(4), n), gym.params)
     theirs = from_gymnax(theirs_j)
 
@@ -261,7 +267,7 @@ def test_starts_are_gymnax_starts(gym: Any) -> None:
 def test_the_time_limit_is_gymnax_max_steps(gym: Any) -> None:
     assert gym.params.max_steps_in_episode == MAX_STEPS_IN_EPISODE
     state = initial_state(torch.zeros(3, dtype=torch.int64))
-    state = state._replace(time=torch.tensor([998, 999, 1000]))
+    state = state._replace(time=torch.tensor([998, 999, 1000], dtype=torch.int32))
     assert truncated(state).tolist() == [False, False, True]
     new, _, _ = advance(state, torch.zeros(3, dtype=torch.int64))
     assert truncated(new).tolist() == [False, True, True]
@@ -276,15 +282,21 @@ def test_initial_state_names_bad_bits(bits: torch.Tensor) -> None:
 
 
 def test_rules_trace_on_the_meta_device() -> None:
-    """No host read and no data-dependent shape: the rules run on shapes alone."""
+    """No host read and no data-dependent shape: the rules run on shapes alone. Every field
+    is an `(N,)` int32 or bool tensor, and stays so."""
     state = initial_state(torch.zeros(5, dtype=torch.int64, device="meta"))
     new, reward, terminated = advance(state, torch.zeros(5, dtype=torch.int64, device="meta"))
     obs = observe(new)
     assert all(field.shape == (5,) and field.is_meta for field in new)
+    assert {field.dtype for field in state} == {torch.int32, torch.bool}
     assert [field.dtype for field in new] == [field.dtype for field in state]
     assert (reward.shape, reward.dtype) == ((5,), torch.float32)
     assert (terminated.shape, terminated.dtype) == ((5,), torch.bool)
     assert (obs.shape, obs.dtype) == ((5, *OBS_SHAPE), torch.bool)
+    assert [(t.shape, t.dtype) for t in episode(new)] == [
+        ((5,), torch.float32),
+        ((5,), torch.int32),
+    ]
 
 
 # --- random play as distributions ----------------------------------------------------------
@@ -345,12 +357,14 @@ def gymnax_episodes(gym: Any, num_envs: int, per_env: int, seed: int) -> np.ndar
 
 
 def torch_episodes(num_envs: int, per_env: int, seed: int, rules: Any = advance) -> np.ndarray:
-    """The same as `gymnax_episodes` with our rules: starts from counter-based bits, actions
-    from a torch generator, ended games restarted in place."""
+    """The same as `gymnax_episodes` with our rules: starts from random bits, actions from a
+    torch generator, ended games restarted in place; returns and lengths from `episode`."""
     generator = torch.Generator().manual_seed(seed)
-    keys = torch.from_numpy(rng.seed_keys(np.arange(num_envs) + seed * num_envs))
-    counter = torch.zeros(num_envs, dtype=torch.int64)
-    state = initial_state(rng.draw(keys, counter))
+
+    def bits() -> torch.Tensor:
+        return torch.randint(0, 2**32, (num_envs,), generator=generator)
+
+    state = initial_state(bits())
     episodes = np.zeros((num_envs, per_env, 2), np.float32)
     done = np.zeros(num_envs, np.int64)
     ret = torch.zeros(num_envs)
@@ -361,10 +375,11 @@ def torch_episodes(num_envs: int, per_env: int, seed: int, rules: Any = advance)
         ended_t = terminated | truncated(state)
         ended = ended_t.numpy() & (done < per_env)
         rows = np.flatnonzero(ended)
-        episodes[rows, done[rows]] = np.stack([ret.numpy(), state.time.numpy()], 1)[rows]
+        returns, lengths = episode(state)
+        assert torch.equal(returns[rows], ret[rows])  # the score is the sum of the rewards
+        episodes[rows, done[rows]] = torch.stack((returns, lengths.float()), 1).numpy()[rows]
         done += ended
-        counter += 1
-        fresh = initial_state(rng.draw(keys, counter))
+        fresh = initial_state(bits())
         state = BreakoutState(
             *(torch.where(ended_t, f, s) for f, s in zip(fresh, state, strict=True))
         )
