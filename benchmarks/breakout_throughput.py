@@ -1,0 +1,244 @@
+"""Env-only steps/s of MinAtar Breakout on one core: our torch rules against gymnax's.
+
+    python benchmarks/breakout_throughput.py            # 256, 1024 and 4096 sub-envs
+    python benchmarks/breakout_throughput.py --quick    # fewer rounds
+    python benchmarks/breakout_throughput.py --sizes 256 --rounds 3 --no-compile
+
+Three variants, each stepping `N` games with random actions and restarting ended ones:
+
+* `torch_eager`: `fruit_env.games.minatar_breakout` as written: `advance`, then a
+  `torch.where` over the state with `initial_state` for the games that ended (terminated or
+  truncated), then `observe` (the restarted game's observation, as gymnax's step returns).
+* `torch_compiled`: the same, with `advance` and the restart through `torch.compile`
+  (fullgraph, static shapes, built once per size before timing; `first_block_s` records the
+  first block, compile included, as for `jax`) and `observe` eager. Compiling `observe` too
+  is slower at 1024 envs and up on the CPU: inductor writes the board in a scalar loop over
+  its 400 cells per game, against eager's memset and one scatter.
+* `jax`: the raw loop over gymnax's `Breakout-MinAtar`, `jax.jit(jax.vmap(env.step))`, whose
+  step resets ended games itself (and also returns the final observation in `info`); the
+  block ends with `jax.block_until_ready`, so JAX's asynchronous dispatch is timed in full.
+* `jax_scan` (for reference, not the target): the same steps as one `jax.lax.scan` per
+  block, one XLA program with no per-step dispatch.
+
+Randomness is drawn before timing, as banks of `(steps, N)` tensors: actions for all
+variants, 32 random bits per game and step for ours, a JAX key per game and step for gymnax.
+So each side times its step and nothing else. Torch runs one thread and XLA one core (its
+flags are set before jax is imported). The variants run in turns, one block each per round,
+the order rotating from round to round, so that a shared machine's load hits all alike;
+figures are medians over rounds after warm-up blocks, and the paired ratio is the median over
+rounds of the two blocks' ratio; both in wall time and in this process's CPU time (which a
+busy shared machine inflates less). The JSON (`benchmarks/results/breakout_throughput.json`)
+keeps every block, the machine and the versions.
+"""
+
+from __future__ import annotations
+
+import os
+
+THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {THREAD_FLAGS}".strip()
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from importlib.metadata import version  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine_info, write_result  # noqa: E402
+
+from fruit_env.games.minatar_breakout import (  # noqa: E402
+    NUM_ACTIONS,
+    BreakoutState,
+    advance,
+    initial_state,
+    observe,
+    truncated,
+)
+
+StepOutput = tuple[BreakoutState, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+Transition = tuple[BreakoutState, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def transition(state: BreakoutState, action: torch.Tensor, bits: torch.Tensor) -> Transition:
+    """The rules' step with same-step restart of ended games, as a Gymnasium shell runs it:
+    `(state, reward, terminated, truncated)`."""
+    state, reward, terminated = advance(state, action)
+    cut = truncated(state)
+    ended = terminated | cut
+    fresh = initial_state(bits)
+    state = BreakoutState(*(torch.where(ended, f, s) for f, s in zip(fresh, state, strict=True)))
+    return state, reward, terminated, cut
+
+
+def stepper(transition: Callable[..., Transition]) -> Callable[..., StepOutput]:
+    """A vector step from a transition: `(state, obs, reward, terminated, truncated)`, the
+    observation of the restarted games where games ended, as gymnax's step returns."""
+
+    def step(state: BreakoutState, action: torch.Tensor, bits: torch.Tensor) -> StepOutput:
+        state, reward, terminated, cut = transition(state, action, bits)
+        return state, observe(state), reward, terminated, cut
+
+    return step
+
+
+class TorchLoop:
+    """`steps` torch steps of `n` games per block, with banked actions and restart bits."""
+
+    def __init__(self, n: int, steps: int, step: Callable[..., StepOutput], seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        self.actions = torch.randint(0, NUM_ACTIONS, (steps, n), generator=generator)
+        self.bits = torch.randint(0, 2**32, (steps, n), generator=generator)
+        self.state = initial_state(self.bits[0])
+        self.step = step
+
+    def block(self) -> None:
+        state = self.state
+        for action, bits in zip(self.actions, self.bits, strict=True):
+            state, *_ = self.step(state, action, bits)
+        self.state = state
+
+
+class JaxLoop:
+    """`steps` gymnax steps of `n` games per block, with banked actions and keys: one jitted
+    call per step (the raw loop), or with `scan` the whole block as one XLA program."""
+
+    def __init__(self, n: int, steps: int, seed: int, scan: bool = False) -> None:
+        import gymnax
+        import jax
+
+        self.jax = jax
+        env, self.params = gymnax.make("Breakout-MinAtar")
+        self.step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, None)))
+        key_actions, key_steps, key_reset = jax.random.split(jax.random.PRNGKey(seed), 3)
+        self.actions = jax.random.randint(key_actions, (steps, n), 0, NUM_ACTIONS)
+        self.keys = jax.random.split(key_steps, steps * n).reshape(steps, n, -1)
+        reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
+        _, self.state = reset(jax.random.split(key_reset, n), self.params)
+        self.scan = jax.jit(self._scan) if scan else None
+
+    def _scan(self, state: Any, keys: Any, actions: Any) -> Any:
+        """The block's final state and observation: the observation rides in the carry, so
+        XLA computes it at every step (as the raw loop returns it) without storing them all."""
+
+        def one(carry: tuple[Any, Any], key_action: tuple[Any, Any]) -> tuple[Any, None]:
+            key, action = key_action
+            obs, state, *_ = self.step(key, carry[1], action, self.params)
+            return (obs, state), None
+
+        obs = self.jax.numpy.zeros((len(keys[0]), 10, 10, 4), self.jax.numpy.float32)
+        return self.jax.lax.scan(one, (obs, state), (keys, actions))[0]
+
+    def block(self) -> None:
+        if self.scan is not None:
+            out = self.scan(self.state, self.keys, self.actions)
+            state = out[1]
+        else:
+            state, out = self.state, None
+            for key, action in zip(self.keys, self.actions, strict=True):
+                out = self.step(key, state, action, self.params)
+                state = out[1]
+        self.jax.block_until_ready(out)
+        self.state = state
+
+
+def time_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    loops: dict[str, Any] = {"torch_eager": TorchLoop(n, args.steps, stepper(transition), seed=n)}
+    compile_s = None
+    if args.compile:
+        compiled = torch.compile(transition, fullgraph=True, dynamic=False)
+        loop = TorchLoop(n, args.steps, stepper(compiled), seed=n)
+        start = time.perf_counter()
+        loop.block()
+        compile_s = time.perf_counter() - start
+        loops["torch_compiled"] = loop
+    start = time.perf_counter()
+    loops["jax"] = JaxLoop(n, args.steps, seed=n)
+    loops["jax"].block()
+    jax_compile_s = time.perf_counter() - start
+    if args.scan:
+        loops["jax_scan"] = JaxLoop(n, args.steps, seed=n, scan=True)
+
+    names = list(loops)
+    for name in names:
+        for _ in range(args.warmup):
+            loops[name].block()
+    blocks: dict[str, list[float]] = {name: [] for name in names}
+    cpu_blocks: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(args.rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            start, cpu_start = time.perf_counter(), time.process_time()
+            loops[name].block()
+            blocks[name].append(time.perf_counter() - start)
+            cpu_blocks[name].append(time.process_time() - cpu_start)
+
+    def steps_per_s(seconds: float) -> float:
+        return n * args.steps / seconds
+
+    row: dict[str, Any] = {
+        "num_envs": n,
+        "steps_per_block": args.steps,
+        "first_block_s": {"torch_compiled": compile_s, "jax": jax_compile_s},
+        "block_s": blocks,
+        "block_cpu_s": cpu_blocks,
+        "steps_per_s": {name: steps_per_s(statistics.median(b)) for name, b in blocks.items()},
+        "steps_per_cpu_s": {
+            name: steps_per_s(statistics.median(b)) for name, b in cpu_blocks.items()
+        },
+    }
+    for key, timed in (("ratio_to_jax", blocks), ("cpu_ratio_to_jax", cpu_blocks)):
+        row[key] = {
+            name: statistics.median(j / o for o, j in zip(timed[name], timed["jax"], strict=True))
+            for name in names
+            if name != "jax"
+        }
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[256, 1024, 4096])
+    parser.add_argument("--steps", type=int, default=100, help="steps per timed block")
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="3 rounds, 1 warm-up block")
+    parser.add_argument("--no-compile", dest="compile", action="store_false")
+    parser.add_argument(
+        "--no-scan", dest="scan", action="store_false", help="skip the jax_scan variant"
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.warmup = 3, 1
+    torch.set_num_threads(1)
+    machine = machine_info()  # the load average before the run; `load_average_end` after
+
+    rows = []
+    for n in args.sizes:
+        row = time_size(n, args)
+        rows.append(row)
+        figures = ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in row["steps_per_s"].items())
+        ratios = ", ".join(f"{k} {v:.2f}x" for k, v in row["ratio_to_jax"].items())
+        cpu = ", ".join(f"{k} {v:.2f}x" for k, v in row["cpu_ratio_to_jax"].items())
+        print(f"{n:5d} envs: {figures} steps/s; against jax: {ratios} (CPU time: {cpu})")
+
+    machine |= {
+        "load_average_end": os.getloadavg(),
+        "jax": version("jax"),
+        "jaxlib": version("jaxlib"),
+        "gymnax": version("gymnax"),
+        "xla_flags": os.environ["XLA_FLAGS"],
+    }
+    path = write_result(
+        "breakout_throughput",
+        {"machine": machine, "settings": vars(args), "sizes": rows},
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
