@@ -2,12 +2,12 @@
 has one meaning, `fruit_env`'s copy is the reference (the grpo_trainer copy's docstring says
 so), and these tests keep the two in agreement where both accept the input.
 
-* devices: `fruit_env.inputs.resolve_device` / `grpo_trainer.base.accel.resolve_device`;
-* values to tensors: `fruit_env.wrappers.to_torch` / `grpo_trainer.envs.env_io.to_tensor`;
-* sub-env indices, reset masks and per-sub-env seeds: `fruit_env.inputs` (`as_index`,
+* devices: `fruit_env.kit.inputs.resolve_device` / `grpo_trainer.base.accel.resolve_device`;
+* values to tensors: `fruit_env.interop.wrappers.to_torch` / `grpo_trainer.envs.env_io.to_tensor`;
+* sub-env indices, reset masks and per-sub-env seeds: `fruit_env.kit.inputs` (`as_index`,
   `as_reset_mask`, `seeded_keys`) / `grpo_trainer.envs.host_inputs` (`host_index`,
   `host_mask`, `per_env_seeds`);
-* an episode's return and length: `fruit_env.wrappers.TorchEpisodeStatistics` /
+* an episode's return and length: `fruit_env.interop.wrappers.TorchEpisodeStatistics` /
   `grpo_trainer.envs.episodes.EpisodeStats` (through the `EpisodeRunner` that feeds it).
 """
 
@@ -20,8 +20,9 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
-from fruit_env import FruitCatcherVectorEnv, inputs, rng
-from fruit_env.wrappers import TorchEpisodeStatistics, to_torch
+from fruit_env import FruitCatcherVectorEnv
+from fruit_env.interop.wrappers import TorchEpisodeStatistics, to_torch
+from fruit_env.kit import inputs, rng
 from grpo_trainer.base.accel import resolve_device
 from grpo_trainer.envs.env_io import EnvIO, to_tensor
 from grpo_trainer.envs.episodes import EpisodeRunner

@@ -23,7 +23,7 @@ def resolve_device(name: str) -> torch.device:
     "meta" is accepted as a test device: tensors with shapes and no data, so a hot path run on
     it fails on any tensor made on the CPU by mistake and on any host read of a value.
 
-    The reference is `fruit_env.inputs.resolve_device` (which also takes mps and xpu, and no
+    The reference is `fruit_env.kit.inputs.resolve_device` (which also takes mps and xpu, and no
     "auto"); grpo_trainer never imports fruit_env, so this is a copy, and
     tests/test_shared_concepts.py keeps the two in agreement on the names both take.
     """

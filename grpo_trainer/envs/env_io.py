@@ -61,7 +61,7 @@ class EnvStep(NamedTuple):
 def to_tensor(x: Any, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
     """numpy or torch -> tensor on `device`; shares memory when it is already there.
 
-    The reference is `fruit_env.wrappers.to_torch` (which also takes DLPack producers and
+    The reference is `fruit_env.interop.wrappers.to_torch` (which also takes DLPack producers and
     read-only arrays); this copy, for what an env returns, is kept in agreement with it by
     tests/test_shared_concepts.py, since grpo_trainer never imports fruit_env."""
     if isinstance(x, np.ndarray):

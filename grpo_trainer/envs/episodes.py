@@ -26,7 +26,7 @@ class EpisodeStats:
     Values are kept per sub-env (a sub-env ends few episodes between reads) and summed in
     float64 when read, so long runs of sums lose no precision.
 
-    An episode's return and length mean what `fruit_env.wrappers.TorchEpisodeStatistics`
+    An episode's return and length mean what `fruit_env.interop.wrappers.TorchEpisodeStatistics`
     (Gymnasium's `RecordEpisodeStatistics` on the device) records, the reference: this is
     the trainer's reducer over them, and tests/test_shared_concepts.py checks that the two
     see the same episodes.
