@@ -1,13 +1,8 @@
-"""Hooks into a training run, for Python users: the habit Stable-Baselines3's callbacks set.
+"""Hooks into a training run, for Python users: the habit Stable-Baselines3's callbacks set
+(docs/trainer.md, "Evaluation during training, targets and callbacks").
 
-Subclass `Callback`, override the hooks you need, and pass instances to
-`GRPOTrainer.train(callbacks=[...])`. Every hook gets the `RunState`: where the run is
-(`state.update`, `state.env_steps`, `state.best`), what it trains (`state.config`,
-`state.policy`), and `state.request_stop(why)`, which ends the run cleanly, with a final
-checkpoint, after the next update (in a distributed run every rank stops after that same
-update). The loop itself stays out of reach, so a callback cannot come to depend on it.
-
-Hooks run on every rank, after the update's metrics reached the host: they cost no device
+Every hook gets the `RunState`, never the loop, so a callback cannot come to depend on it.
+Hooks run on every rank after the update's metrics reached the host: they cost no device
 sync of their own unless they read the device themselves.
 """
 

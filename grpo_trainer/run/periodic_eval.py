@@ -1,15 +1,10 @@
-"""Evaluation during training: the score that picks `best.pt` and decides the target.
+"""Evaluation during training: the score that picks `best.pt` and decides the target
+(docs/trainer.md, "Evaluation during training, targets and callbacks").
 
-Every `eval_every` env steps the current policy plays `eval_episodes` whole episodes with
-greedy actions on envs of its own, so training's episodes in play are untouched. The
-training return is a poor guide for these decisions: it mixes episodes played by several
-policies and exploration noise. The score is the env's first declared ratio (Fruit Catcher:
-`catch_rate`), else the mean return.
-
-A target comes from `--target NAME=VALUE` (the run stops when an evaluation reaches it) or,
-without one, from the env's `metadata["episode_goals"]` (only recorded). In a distributed
-run each rank plays its share of the episodes and the sums are added over ranks, so every
-rank sees the same score and takes the same decision without another agreement.
+The policy plays greedy episodes on envs of its own, so training's episodes in play are
+untouched; the training return would be a poor guide, mixing episodes of several policies
+and exploration noise. Each rank plays its share and the sums are added over ranks, so
+every rank takes the same decision without another agreement.
 """
 
 from __future__ import annotations
