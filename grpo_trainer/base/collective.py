@@ -2,12 +2,8 @@
 
 `SingleProcess` does nothing (one process is the whole batch); `TorchDistributed` all-reduces
 over the process group `torchrun` started. The trainer calls the same methods either way, so
-no other module branches on the world size.
-
-Per update a distributed run adds to DDP's gradient all-reduces: one all-reduce of the
-loss normaliser, one of three moments with `scale="batch_std"`, a host-side gather of the
-episode field names, and one all-reduce per reduction kind of the stacked metrics. All but
-the name gather stay on the device (asynchronous under nccl).
+no other module branches on the world size. What a distributed update exchanges besides
+DDP's gradients: docs/distributed.md.
 """
 
 from __future__ import annotations
