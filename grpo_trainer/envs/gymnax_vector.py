@@ -22,7 +22,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from grpo_trainer.envs.host_inputs import host_mask
+from grpo_trainer.envs.host_inputs import host_mask, per_env_seeds
 
 __all__ = ["GymnaxVectorEnv", "JaxInputs", "jax_device"]
 
@@ -268,19 +268,13 @@ class JaxInputs:
         """One row per sub-env: (given, low 32 bits, high 32 bits) of its seed, any int in
         [0, 2**64); a sub-env without one goes on with its key chain (on the `first` reset,
         which has none yet, it draws a random seed)."""
-        n = self.num_envs
         if seed is None:
             if not first:
-                return jnp.zeros((n, 3), jnp.uint32)
+                return jnp.zeros((self.num_envs, 3), jnp.uint32)
             seed = secrets.randbelow(2**63)
-        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            per_env: list[int | None] = [int(seed) + i for i in range(n)]
-        elif isinstance(seed, Sequence) and len(seed) == n:
-            per_env = list(seed)
-        else:
-            raise ValueError(f"seed must be an int, None or a list of {n} seeds, got {seed!r}")
+        per_env = per_env_seeds(seed, self.num_envs)
         for s in per_env:
-            if s is not None and not (isinstance(s, (int, np.integer)) and 0 <= s < 2**64):
+            if s is not None and not 0 <= s < 2**64:
                 raise ValueError(f"seeds must be ints in [0, 2**64) or None, got {s!r}")
         if first:
             per_env = [secrets.randbelow(2**63) if s is None else s for s in per_env]

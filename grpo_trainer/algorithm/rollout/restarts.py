@@ -112,7 +112,7 @@ class GroupRestarts(RestartPolicy):
             buffer.cut[row] |= due  # the group's paths end here; their returns stop
             self.steps_since_branch.masked_fill_(due | fresh, 0.0)
         seeds = self._group_seeds  # only the seeded strategy calls it (host-side)
-        obs = self.env.restart(obs, fresh, source, lambda: _per_member(seeds(), k))
+        obs = self.env.restart(obs, fresh, source, lambda: [s for s in seeds() for _ in range(k)])
         runner.branch_from(source, fresh)
         return obs
 
@@ -163,7 +163,3 @@ class IndependentRestarts(RestartPolicy):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.resetting = state["resetting"].to(self.resetting.device)
-
-
-def _per_member(group_seeds: list[int], group_size: int) -> list[int]:
-    return [s for s in group_seeds for _ in range(group_size)]
