@@ -311,20 +311,25 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval(args: argparse.Namespace) -> int:
+def _checkpoint_policy(args: argparse.Namespace, num_envs: int, **env_kwargs: Any) -> Any:
+    """`--checkpoint`'s policy on `--device`, and `num_envs` envs of its config's env."""
     from grpo_trainer.base import checkpoint
     from grpo_trainer.base.accel import resolve_device
-    from grpo_trainer.base.config import GRPOConfig
     from grpo_trainer.envs import make_envs
-    from grpo_trainer.run.evaluation import evaluate, load_policy
+    from grpo_trainer.run.evaluation import load_policy
+
+    device = resolve_device(args.device)
+    config = GRPOConfig.from_dict(checkpoint.load(args.checkpoint)["config"])
+    envs = make_envs(config, num_envs, device, **env_kwargs)
+    return load_policy(args.checkpoint, device, envs)[0], envs
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from grpo_trainer.run.evaluation import evaluate
 
     if args.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
-    device = resolve_device(args.device)
-    config = GRPOConfig.from_dict(checkpoint.load(args.checkpoint)["config"])
-    num_envs = args.num_envs or min(args.episodes, MAX_EVAL_ENVS)
-    envs = make_envs(config, num_envs, device)
-    policy, config, _ = load_policy(args.checkpoint, device, envs)
+    policy, envs = _checkpoint_policy(args, args.num_envs or min(args.episodes, MAX_EVAL_ENVS))
     result = evaluate(policy, envs, args.episodes, greedy=not args.sampled, seed=args.seed)
     result["greedy"] = float(not args.sampled)
     if args.json:
@@ -336,25 +341,14 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _play(args: argparse.Namespace) -> int:
-    from grpo_trainer.base import checkpoint
-    from grpo_trainer.base.accel import resolve_device
-    from grpo_trainer.base.config import GRPOConfig
-    from grpo_trainer.envs import make_envs
-    from grpo_trainer.run.evaluation import load_policy
-    from grpo_trainer.run.recording import play_episode
+    from grpo_trainer.run.recording import play_episode, write_animation
 
-    device = resolve_device(args.device)
-    config = GRPOConfig.from_dict(checkpoint.load(args.checkpoint)["config"])
-    mode = "ansi" if args.ansi else "rgb_array"
-    envs = make_envs(config, 1, device, render_mode=mode)
-    policy, config, _ = load_policy(args.checkpoint, device, envs)
+    policy, envs = _checkpoint_policy(args, 1, render_mode="ansi" if args.ansi else "rgb_array")
     frames = play_episode(policy, envs, steps=args.steps, seed=args.seed)
     if args.ansi:
         for frame in frames:
             print(frame, end="\n\n")
         return 0
-    from grpo_trainer.run.recording import write_animation
-
     write_animation(frames, args.out, fps=args.fps)
     print(f"wrote {len(frames)} frames to {args.out}")
     return 0
