@@ -22,7 +22,7 @@ import queue
 import resource
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -195,18 +195,25 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-def live_line(metrics: Mapping[str, float], ratios: Mapping[str, Any] | None = None) -> str:
-    """The metrics shown while training, e.g. `return 12.31  catch_rate 0.702  ...`."""
-    parts = []
+def declared(
+    metrics: Mapping[str, float], ratios: Mapping[str, Any] | None = None
+) -> Iterator[tuple[str, float, Metric]]:
+    """Each of `metrics` that `METRICS` declares, with its declaration."""
     for name, value in metrics.items():
         try:
-            m = spec(name, ratios)
+            metric = spec(name, ratios)
         except KeyError:
             continue
-        if m.live is not None:
-            label = m.live or name
-            parts.append(f"{label} {m.fmt.format(value)}")
-    return "  ".join(parts)
+        yield name, value, metric
+
+
+def live_line(metrics: Mapping[str, float], ratios: Mapping[str, Any] | None = None) -> str:
+    """The metrics shown while training, e.g. `return 12.31  catch_rate 0.702  ...`."""
+    return "  ".join(
+        f"{m.live or name} {m.fmt.format(value)}"
+        for name, value, m in declared(metrics, ratios)
+        if m.live is not None
+    )
 
 
 def to_host(metrics: Mapping[str, torch.Tensor | float | int]) -> dict[str, float]:

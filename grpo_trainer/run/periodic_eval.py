@@ -55,13 +55,9 @@ class Evaluation(Callback):
         self._own_envs = envs is None
         self._next = (trainer.env_steps // self.every + 1) * self.every if self.every else 0
 
-    @property
-    def enabled(self) -> bool:
-        return self.every > 0
-
     def due(self) -> bool:
         """Whether training has passed the next multiple of `eval_every` env steps."""
-        return self.enabled and self.trainer.env_steps >= self._next
+        return self.every > 0 and self.trainer.env_steps >= self._next
 
     def run(self, elapsed_s: float) -> dict[str, float]:
         """Evaluate now: the `eval_*` metrics, `eval_score`, timings and, when first reached,

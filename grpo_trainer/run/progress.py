@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from grpo_trainer.base.metrics import live_line, spec
+from grpo_trainer.base.metrics import declared, live_line
 from grpo_trainer.run.callbacks import Callback, RunState
 
 if TYPE_CHECKING:
@@ -68,13 +68,9 @@ class ConsoleProgress(Callback):
         table = Table(title="GRPO run summary")
         table.add_column("metric")
         table.add_column("value", justify="right")
-        for name, value in metrics.items():
-            try:
-                declared = spec(name, self.ratios)
-            except KeyError:
-                continue
-            if declared.summary:
-                table.add_row(name, declared.fmt.format(value))
+        for name, value, metric in declared(metrics, self.ratios):
+            if metric.summary:
+                table.add_row(name, metric.fmt.format(value))
         self.console.print(table)
 
     def target_line(self, target: Target | None, latest: Mapping[str, float]) -> None:
