@@ -1,14 +1,9 @@
 """Every metric the trainer reports, declared once; memory figures; a background writer.
 
-`METRICS` maps each metric to how it combines across data-parallel ranks (`reduce`), how it
-is displayed, and a one-line description. It drives the cross-rank reduction, the live
-progress line, the summary table, metrics.jsonl, TensorBoard and the metrics table in
-docs/trainer.md (a test keeps that table equal to `markdown_table()`). A metric missing here
-cannot be reported: `spec` raises.
-
-Reductions: `sum`, `mean`, `min`, `max` are all-reduces of the per-rank values; `derived`
-metrics are computed from already reduced sums (episode means and ratios); `host` metrics
-are the host's own figures (counters, timings, memory), taken as they are on rank 0.
+`METRICS` maps each metric to how it combines across data-parallel ranks (`reduce`: an
+all-reduce; `derived` from reduced sums; `host`, rank 0's own figure), how it is displayed,
+and a one-line description, for every reader: the reduction, the console, metrics.jsonl,
+TensorBoard and docs/trainer.md's table. A metric missing here cannot be reported.
 """
 
 from __future__ import annotations
