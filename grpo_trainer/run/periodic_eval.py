@@ -18,9 +18,8 @@ import gymnasium as gym
 
 from grpo_trainer.base.metrics import cross_rank
 from grpo_trainer.envs import make_envs
-from grpo_trainer.run.callbacks import Callback, RunState
+from grpo_trainer.run.callbacks import Callback, RunState, resolve_target
 from grpo_trainer.run.evaluation import EVAL_SEED, MAX_EVAL_ENVS, evaluate
-from grpo_trainer.run.target import resolve_target
 
 if TYPE_CHECKING:
     from grpo_trainer.algorithm.grpo import GRPO

@@ -6,18 +6,14 @@ Which metrics show, and how, is declared once in `metrics.METRICS` (`live`, `sum
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from grpo_trainer.base.metrics import declared, live_line
-from grpo_trainer.run.callbacks import Callback, RunState
-
-if TYPE_CHECKING:
-    from grpo_trainer.run.target import Target
-
+from grpo_trainer.run.callbacks import Callback, RunState, Target
 
 REACHED = ("target_reached_s", "target_reached_env_steps")  # set by the first evaluation there
 

@@ -129,7 +129,7 @@ class WandbCallback(Callback):
         """One greedy episode as a GIF in the run directory (or the temporary folder), or
         None with a warning when the env cannot render or Pillow is missing."""
         from grpo_trainer.envs import make_envs
-        from grpo_trainer.run.recording import play_episode, write_animation
+        from grpo_trainer.run.evaluation import play_episode, write_animation
 
         policy = state.policy
         if state.run_dir:
