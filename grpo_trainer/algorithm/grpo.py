@@ -36,10 +36,9 @@ from grpo_trainer.base.accel import (
     resolve_device,
     should_compile,
 )
-from grpo_trainer.base.clock import Clock
 from grpo_trainer.base.collective import Collective
 from grpo_trainer.base.config import GRPOConfig
-from grpo_trainer.base.metrics import cross_rank, memory_stats, to_host
+from grpo_trainer.base.metrics import Clock, cross_rank, memory_stats, to_host
 from grpo_trainer.base.schedules import lr_factor
 from grpo_trainer.envs.env_io import EnvIO
 from grpo_trainer.envs.episodes import summarise

@@ -1,4 +1,4 @@
-"""Every metric the trainer reports, declared once; memory figures; a background writer.
+"""Every metric the trainer reports, declared once; timings, memory; a background writer.
 
 `METRICS` maps each metric to how it combines across data-parallel ranks (`reduce`: an
 all-reduce; `derived` from reduced sums; `host`, rank 0's own figure), how it is displayed,
@@ -17,6 +17,7 @@ import queue
 import resource
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -219,6 +220,24 @@ def to_host(metrics: Mapping[str, torch.Tensor | float | int]) -> dict[str, floa
         stacked = torch.stack([metrics[k].detach().double().reshape(()) for k in names])  # type: ignore[union-attr]
         out.update(zip(names, stacked.cpu().tolist(), strict=True))
     return out
+
+
+class Clock:
+    """A mark in time; on CUDA an event, read after the update's host copy, so that timing
+    adds no sync of its own. Subtract two marks for the seconds between them."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            self.mark: Any = torch.cuda.Event(enable_timing=True)
+            self.mark.record()
+        else:
+            self.mark = time.perf_counter()
+
+    def __sub__(self, earlier: Clock) -> float:
+        if self.cuda:
+            return earlier.mark.elapsed_time(self.mark) / 1000.0
+        return self.mark - earlier.mark
 
 
 def memory_stats(device: torch.device) -> dict[str, float]:
