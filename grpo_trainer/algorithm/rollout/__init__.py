@@ -29,8 +29,7 @@ from grpo_trainer.algorithm.rollout.restarts import (
     IndependentRestarts,
     RestartPolicy,
 )
-from grpo_trainer.algorithm.rollout.whole_episodes import EpisodeRollout
-from grpo_trainer.algorithm.rollout.windowed import WindowedRollout
+from grpo_trainer.algorithm.rollout.modes import EpisodeRollout, WindowedRollout
 from grpo_trainer.base.config import GRPOConfig
 from grpo_trainer.envs.env_io import EnvIO
 
