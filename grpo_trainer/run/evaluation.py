@@ -69,12 +69,8 @@ def evaluate(
 ) -> dict[str, float]:
     """Mean/std return and length over `episodes`, every numeric `info["episode"]` field, and
     the ratios the env declares in `metadata["episode_ratios"]` (Fruit Catcher: `catch_rate`).
-
-    Each sub-env plays one episode per round with its own seed; rounds repeat until enough
-    episodes are done. Greedy takes the most likely action; otherwise actions are sampled.
-    `sum_over_ranks` adds up the episode sums of data-parallel ranks (each played its own
-    episodes), so that every rank gets the same figures.
-    """
+    Each sub-env plays one episode per round, with its own seed. `sum_over_ranks` adds up
+    the sums of data-parallel ranks, each of which played its own episodes."""
     device = next(policy.parameters()).device
     env = EnvIO(envs, device)
     horizon = max_episode_steps or env.max_episode_steps() or EVAL_HORIZON

@@ -23,13 +23,13 @@ from grpo_trainer.algorithm.rollout.buffer import (
     SampleFn,
     storage_dtype,
 )
+from grpo_trainer.algorithm.rollout.modes import EpisodeRollout, WindowedRollout
 from grpo_trainer.algorithm.rollout.restarts import (
     GroupRestarts,
     GroupSeeds,
     IndependentRestarts,
     RestartPolicy,
 )
-from grpo_trainer.algorithm.rollout.modes import EpisodeRollout, WindowedRollout
 from grpo_trainer.base.config import GRPOConfig
 from grpo_trainer.envs.env_io import EnvIO
 

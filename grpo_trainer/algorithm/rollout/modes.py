@@ -28,8 +28,6 @@ from grpo_trainer.envs.episodes import EpisodeRunner, play_until_ended
 
 MIN_HORIZON = 16  # the shortest adapted horizon, and its rounding step
 HORIZON_SLACK = (1.25, 8)  # next horizon = longest episode * 1.25 + 8
-
-
 # The entries of `WindowedRollout.state_dict()` (its checkpoint's key names are the file
 # format's: "own" holds `EpisodeRunner.from_start`).
 STATE_KEYS = frozenset(
