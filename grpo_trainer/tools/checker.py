@@ -173,8 +173,7 @@ class EnvPlayer:
         self.n = int(env.num_envs)
         self.single_action = getattr(env, "single_action_space", None) or env.action_space
         self.single_obs = getattr(env, "single_observation_space", None)
-        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-        self.mode = AutoresetMode(mode) if not isinstance(mode, AutoresetMode) else mode
+        self.mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         self.action_dtype: Any = None  # a dtype that `step` accepts, when not the space's
         self.action_note = ""
         self.device: torch.device | None = None

@@ -57,12 +57,8 @@ class Param:
 def load_space(path: str | Path) -> list[Param]:
     """Read and check a space file; a bad one raises `ValueError` naming the file and field."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: {err}") from None
-    try:
-        return parse_space(data)
-    except ValueError as err:
+        return parse_space(json.loads(Path(path).read_text()))
+    except (OSError, ValueError) as err:  # ValueError: bad JSON too
         raise ValueError(f"{path}: {err}") from None
 
 
