@@ -26,8 +26,7 @@ import torch
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
 from grpo_trainer.envs import make_envs
-from grpo_trainer.run.evaluation import evaluate, load_policy
-from grpo_trainer.run.recording import play_episode, write_animation
+from grpo_trainer.run.evaluation import evaluate, load_policy, play_episode, write_animation
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_SCALE = 0.25

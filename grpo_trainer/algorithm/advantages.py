@@ -1,5 +1,6 @@
 """Group-relative advantages: pure tensor functions (no module state, no host syncs), and
-the estimators that apply them to a rollout, one per `advantage` setting (`make_estimator`).
+the estimator that applies them to a rollout, chosen once per `advantage` setting
+(`make_estimator`).
 
 Shapes: `L` stored rows by `B = num_groups * group_size` sub-envs, sub-env `b` in group
 `b // group_size`. `valid[t, b]`: step t of b belongs to an episode that counts; `cut[t, b]`:
@@ -124,62 +125,43 @@ def group_relative(
     return Advantages(centred * weights, weights, compared & ~spread, compared)
 
 
-# -- what a return is: one estimator per `advantage` setting, chosen once --------------------
+# -- what a return is: chosen once per `advantage` setting --------------------------------
 
-SumOverRanks = Callable[[torch.Tensor], torch.Tensor]
+Estimator = Callable[[Rollout], Advantages]
 
 
-class GroupRelative:
-    """Returns compared within each group; subclasses say what a return is."""
+def make_estimator(
+    config: GRPOConfig, sum_over_ranks: Callable[[torch.Tensor], torch.Tensor]
+) -> Estimator:
+    """The rollout's advantages: `advantage="per_step"` compares each step's discounted
+    return over the rollout's window with the members of its group still playing at the same
+    row; `"outcome"` gives every step of a member's episode the episode's return, compared
+    with every member's."""
 
-    def __init__(self, config: GRPOConfig, sum_over_ranks: SumOverRanks) -> None:
-        self.group_size, self.scale = config.group_size, config.scale
-        self.zero_std_eps, self.sum_over_ranks = config.zero_std_eps, sum_over_ranks
+    def per_step(rollout: Rollout, trained: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = trained.shape[0]
+        returns = windowed_returns(
+            rollout.rewards, rollout.cut, rows=rows, window=rollout.window, gamma=config.gamma
+        )
+        return returns, trained
 
-    def __call__(self, rollout: Rollout) -> Advantages:
+    def outcome(rollout: Rollout, trained: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        returns = episode_returns(rollout.rewards, rollout.valid).expand_as(trained)
+        return returns, torch.ones_like(trained)
+
+    returns_of = outcome if config.advantage == "outcome" else per_step
+
+    def estimate(rollout: Rollout) -> Advantages:
         trained = rollout.valid[: rollout.obs.shape[0]]
-        returns, compare = self.returns(rollout, trained)
+        returns, compare = returns_of(rollout, trained)
         return group_relative(
             returns,
             compare,
             trained,
-            self.group_size,
-            scale=self.scale,
-            zero_std_eps=self.zero_std_eps,
-            sum_over_ranks=self.sum_over_ranks,
+            config.group_size,
+            scale=config.scale,
+            zero_std_eps=config.zero_std_eps,
+            sum_over_ranks=sum_over_ranks,
         )
 
-    def returns(self, rollout: Rollout, trained: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`(T, B)` returns of the trained rows, and which members each is compared with."""
-        raise NotImplementedError
-
-
-class StepReturns(GroupRelative):
-    """`advantage="per_step"`: each step's discounted return over the rollout's window,
-    compared with the members of its group still playing at the same row."""
-
-    def __init__(self, config: GRPOConfig, sum_over_ranks: SumOverRanks) -> None:
-        super().__init__(config, sum_over_ranks)
-        self.gamma = config.gamma
-
-    def returns(self, rollout: Rollout, trained: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = trained.shape[0]
-        returns = windowed_returns(
-            rollout.rewards, rollout.cut, rows=rows, window=rollout.window, gamma=self.gamma
-        )
-        return returns, trained
-
-
-class OutcomeReturns(GroupRelative):
-    """`advantage="outcome"`: every step of a member's episode gets the episode's return,
-    compared with every member's."""
-
-    def returns(self, rollout: Rollout, trained: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        returns = episode_returns(rollout.rewards, rollout.valid).expand_as(trained)
-        return returns, torch.ones_like(trained)
-
-
-def make_estimator(config: GRPOConfig, sum_over_ranks: SumOverRanks) -> GroupRelative:
-    if config.advantage == "outcome":
-        return OutcomeReturns(config, sum_over_ranks)
-    return StepReturns(config, sum_over_ranks)
+    return estimate

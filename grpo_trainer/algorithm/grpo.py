@@ -1,13 +1,8 @@
 """`GRPO`: play groups, compare each step with the group, optimise, repeat.
 
-Read `update()` top to bottom for the algorithm. Each piece it calls lives in a module of its
-own: the rollout modes (`rollout/`), advantages and their return estimators
-(`advantages.py`), the loss (`objective.py`), the samples, their trust regions and the
-optimiser step (`optimizer_step.py`), and the policy as the trainer runs it (`policy.py`);
-the update's report, its metrics over all ranks in one host copy, closes this module. What
-ranks share is `base/collective.py`. The run around updates (budget, checkpoints,
-evaluation, logging, reading checkpoint files) is the layer above:
-`grpo_trainer.run.GRPOTrainer` is this class plus `train()` and `load()`.
+Read `update()` top to bottom for the algorithm; each piece it calls lives in a module of its
+own beside this one (docs/architecture.md). The run around updates (budget, checkpoints,
+evaluation, logging, reading checkpoint files) is the layer above: `GRPOTrainer`.
 """
 
 from __future__ import annotations
@@ -41,10 +36,9 @@ from grpo_trainer.base.accel import (
     resolve_device,
     should_compile,
 )
-from grpo_trainer.base.clock import Clock
 from grpo_trainer.base.collective import Collective
 from grpo_trainer.base.config import GRPOConfig
-from grpo_trainer.base.metrics import cross_rank, memory_stats, to_host
+from grpo_trainer.base.metrics import Clock, cross_rank, memory_stats, to_host
 from grpo_trainer.base.schedules import lr_factor
 from grpo_trainer.envs.env_io import EnvIO
 from grpo_trainer.envs.episodes import summarise

@@ -55,13 +55,9 @@ def trust_regions(
     samples: int, anchor_samples: int | None, generator: torch.Generator, device: torch.device
 ) -> list[torch.Tensor | None]:
     """The batch's samples split at random into parts of about `anchor_samples`, each
-    optimised from an anchor of its own; `[None]`: the whole batch, from one anchor.
-
-    PPO's clip bounds how far one anchor lets the policy move, so a batch many times the
-    default's would otherwise buy no more progress per update than the default:
-    re-anchoring every `anchor_samples` keeps the policy's progress per sample the same at
-    any batch size.
-    """
+    optimised from an anchor of its own (`[None]`: the whole batch, from one): the clip bounds
+    how far one anchor lets the policy move (docs/trainer.md, "Trust regions at large
+    batches")."""
     parts = 1 if anchor_samples is None else -(-samples // anchor_samples)
     if parts == 1:
         return [None]

@@ -1,13 +1,7 @@
 """Policies derived from Gymnasium spaces: an encoder for the observation, a head for the action.
 
-Every head has one interface, so the rollout and the loss never branch on the action type:
-
-* `noise(batch, generator)` draws the randomness for sampling (kept outside compiled code);
-* `sample(params, noise)` -> `(action, logp)`, `greedy(params)` -> action;
-* `log_prob_entropy(params, action)` -> `(logp, entropy)`;
-* `to_env(action)` turns a stored action into what the env expects (e.g. clipped to bounds).
-
-`AutocastPolicy` is the policy as the trainer runs it: sampling, scoring and the loss.
+Every head has `ActionHead`'s interface, so the rollout and the loss never branch on the
+action type. `AutocastPolicy` is the policy as the trainer runs it: sampling, scoring, loss.
 """
 
 from __future__ import annotations

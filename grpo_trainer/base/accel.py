@@ -95,7 +95,10 @@ def resolve_amp(amp: str, device: torch.device) -> str:
     """The AMP mode to use, refusing what the device cannot run. No mode is on by default:
     bf16 did not pay on the CPU (its faster steps were spent on as many more steps to learn,
     docs/trainer.md), and on a GPU it has not been measured yet."""
-    check_amp(amp, device)
+    if amp == "fp16" and device.type != "cuda":
+        raise ValueError("amp='fp16' needs a CUDA device (use 'bf16' or 'off' on CPU)")
+    if amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError("amp='bf16' is not supported by this GPU (use 'fp16' or 'off')")
     return amp
 
 
@@ -108,14 +111,6 @@ def autocast(amp: str, device: torch.device) -> Iterator[None]:
     dtype = torch.bfloat16 if amp == "bf16" else torch.float16
     with torch.autocast(device_type=device.type, dtype=dtype):
         yield
-
-
-def check_amp(amp: str, device: torch.device) -> None:
-    """Refuse AMP modes the device cannot run, naming the field."""
-    if amp == "fp16" and device.type != "cuda":
-        raise ValueError("amp='fp16' needs a CUDA device (use 'bf16' or 'off' on CPU)")
-    if amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ValueError("amp='bf16' is not supported by this GPU (use 'fp16' or 'off')")
 
 
 def make_optimizer(

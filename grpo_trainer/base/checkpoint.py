@@ -1,14 +1,9 @@
 """Checkpoints: atomic writes, a SHA-256 of the contents, the last K kept, safe loading.
 
 A checkpoint is a plain dict of tensors, numbers, strings and lists, so it loads with
-`torch.load(weights_only=True)`: loading never runs code from the file.
-
-Integrity. `torch.load` notices a truncated file or a broken zip directory, but not a bit
-flipped inside tensor data: the values just change. So every checkpoint carries, under the
-key `"sha256"`, a SHA-256 over its own contents (every key, number, string, and every
-tensor's dtype, shape and bytes). It lives inside the file, so one atomic rename publishes
-data and digest together (a sidecar file could disagree with its twin after a crash), and
-the file stays an ordinary `torch.load`-able dict.
+`torch.load(weights_only=True)`: loading never runs code from the file. `torch.load` does not
+notice a bit flipped inside tensor data, so every checkpoint carries a SHA-256 of its own
+contents, inside the file (docs/reliability.md, "Integrity").
 """
 
 from __future__ import annotations

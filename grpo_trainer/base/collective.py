@@ -2,12 +2,8 @@
 
 `SingleProcess` does nothing (one process is the whole batch); `TorchDistributed` all-reduces
 over the process group `torchrun` started. The trainer calls the same methods either way, so
-no other module branches on the world size.
-
-Per update a distributed run adds to DDP's gradient all-reduces: one all-reduce of the
-loss normaliser, one of three moments with `scale="batch_std"`, a host-side gather of the
-episode field names, and one all-reduce per reduction kind of the stacked metrics. All but
-the name gather stay on the device (asynchronous under nccl).
+no other module branches on the world size. What a distributed update exchanges besides
+DDP's gradients: docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -24,7 +20,8 @@ LogProbEntropy = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torc
 
 
 class Collective:
-    """The operations ranks share. `rank` 0 of `world_size` writes files and logs."""
+    """The operations ranks share. `rank` 0 of `world_size` writes files and logs. As written
+    here, for one process: every operation is the identity."""
 
     rank: int = 0
     world_size: int = 1
@@ -35,60 +32,38 @@ class Collective:
 
     def sum(self, x: torch.Tensor) -> torch.Tensor:
         """`x` summed over ranks, on the device."""
-        raise NotImplementedError
-
-    def reduce(
-        self, values: Mapping[str, torch.Tensor], kinds: Mapping[str, str]
-    ) -> dict[str, torch.Tensor]:
-        """Each 0-d tensor combined over ranks by its kind: sum, mean, min or max."""
-        raise NotImplementedError
-
-    def agree_names(self, names: list[str]) -> list[str]:
-        """The union of every rank's names, in one order on every rank."""
-        raise NotImplementedError
-
-    def finite(self, grad_norm: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
-        """Whether to apply this step: a verdict every rank reaches alike (on the device)."""
-        raise NotImplementedError
-
-    def data_parallel(self, policy: nn.Module) -> LogProbEntropy:
-        """The update's forward: gradients through it are averaged over ranks."""
-        raise NotImplementedError
-
-    def sampling_seed(self, seed: int, update: int) -> int | None:
-        """A seed for this rank's sampling at `update`, or None to continue the generator."""
-        raise NotImplementedError
-
-    def gather(self, obj: Any) -> list[Any]:
-        """Every rank's `obj` (host objects, e.g. a checkpoint's per-rank rollout state)."""
-        raise NotImplementedError
-
-
-class SingleProcess(Collective):
-    """One process: every operation is the identity."""
-
-    def sum(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
     def reduce(
         self, values: Mapping[str, torch.Tensor], kinds: Mapping[str, str]
     ) -> dict[str, torch.Tensor]:
+        """Each 0-d tensor combined over ranks by its kind: sum, mean, min or max."""
         return dict(values)
 
     def agree_names(self, names: list[str]) -> list[str]:
+        """The union of every rank's names, in one order on every rank."""
         return names
 
     def finite(self, grad_norm: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+        """Whether to apply this step: a verdict every rank reaches alike (on the device)."""
         return torch.isfinite(grad_norm) & torch.isfinite(loss)
 
     def data_parallel(self, policy: nn.Module) -> LogProbEntropy:
+        """The update's forward: gradients through it are averaged over ranks."""
         return policy.log_prob_entropy  # type: ignore[return-value]
 
     def sampling_seed(self, seed: int, update: int) -> int | None:
-        return None  # the generator's state is saved with every checkpoint
+        """A seed for this rank's sampling at `update`, or None to continue the generator
+        (one process: its state is saved with every checkpoint)."""
+        return None
 
     def gather(self, obj: Any) -> list[Any]:
+        """Every rank's `obj` (host objects, e.g. a checkpoint's per-rank rollout state)."""
         return [obj]
+
+
+class SingleProcess(Collective):
+    """One process: every operation is the identity (`Collective`'s own)."""
 
 
 _OPS = {

@@ -27,14 +27,12 @@ MIN_SAMPLES, MAX_SAMPLES = 1_024, 32_768
 MINIBATCHES = 8
 SAMPLES_PER_UPDATE = MAX_SAMPLES  # the most a default update holds: one trust region
 # The window follows the env's episode limit L: about L / 5 steps, a power of two between
-# MIN_WINDOW and MAX_WINDOW (MAX_WINDOW without a limit). Fruit Catcher (L = 200) and
-# Pendulum get 32, CartPole, Acrobot, LunarLander and MinAtar 128.
+# MIN_WINDOW and MAX_WINDOW (MAX_WINDOW without a limit).
 MIN_WINDOW, MAX_WINDOW, WINDOW_FRACTION = 32, 128, 5
-# Adam's learning rate grows with the square root of the minibatch (Malladi et al., 2022):
-# LR_AT_REFERENCE at REFERENCE_MINIBATCH samples; 1024 samples get 5e-3, 256 get 2.5e-3.
+# Adam's learning rate grows with the square root of the minibatch (Malladi et al., 2022).
 LR_AT_REFERENCE, REFERENCE_MINIBATCH = 1e-2, 4_096
 # Passes over an update's samples: MAX_EPOCHS when its rows waited one update for their
-# look-ahead (window <= rollout_steps, Fruit Catcher), 4 when they waited four (window 128).
+# look-ahead, fewer the longer they waited (epochs_for).
 MAX_EPOCHS = 8
 # The fields whose None means "derive me": from the budget (num_groups), the batch
 # (minibatch_size, then lr) or the env's episode limit (window, then gamma and epochs).

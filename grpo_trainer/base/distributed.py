@@ -1,11 +1,8 @@
 """Joining the process group `torchrun` describes, and this process's `Collective`.
 
-Every rank owns its own vector env on its own device and plays its own groups; gradients are
-averaged by `DistributedDataParallel`. What ranks exchange per update is in `collective.py`.
-
-A process not started by torchrun, or started as its only process, never creates a process
-group: `init_from_env` returns its device unchanged and the trainer takes its single-process
-path, with no collective and no overhead.
+Every rank owns its own vector env on its own device and plays its own groups; what ranks
+exchange is in `collective.py`. A process not started by torchrun, or its only process,
+creates no process group and takes the single-process path, with no overhead.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""Every metric the trainer reports, declared once; memory figures; a background writer.
+"""Every metric the trainer reports, declared once; timings, memory; a background writer.
 
-`METRICS` maps each metric to how it combines across data-parallel ranks (`reduce`), how it
-is displayed, and a one-line description. It drives the cross-rank reduction, the live
-progress line, the summary table, metrics.jsonl, TensorBoard and the metrics table in
-docs/trainer.md (a test keeps that table equal to `markdown_table()`). A metric missing here
-cannot be reported: `spec` raises.
-
-Reductions: `sum`, `mean`, `min`, `max` are all-reduces of the per-rank values; `derived`
-metrics are computed from already reduced sums (episode means and ratios); `host` metrics
-are the host's own figures (counters, timings, memory), taken as they are on rank 0.
+`METRICS` maps each metric to how it combines across data-parallel ranks (`reduce`: an
+all-reduce; `derived` from reduced sums; `host`, rank 0's own figure), how it is displayed,
+and a one-line description, for every reader: the reduction, the console, metrics.jsonl,
+TensorBoard and docs/trainer.md's table. A metric missing here cannot be reported.
 """
 
 from __future__ import annotations
@@ -22,7 +17,8 @@ import queue
 import resource
 import sys
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -195,18 +191,25 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-def live_line(metrics: Mapping[str, float], ratios: Mapping[str, Any] | None = None) -> str:
-    """The metrics shown while training, e.g. `return 12.31  catch_rate 0.702  ...`."""
-    parts = []
+def declared(
+    metrics: Mapping[str, float], ratios: Mapping[str, Any] | None = None
+) -> Iterator[tuple[str, float, Metric]]:
+    """Each of `metrics` that `METRICS` declares, with its declaration."""
     for name, value in metrics.items():
         try:
-            m = spec(name, ratios)
+            metric = spec(name, ratios)
         except KeyError:
             continue
-        if m.live is not None:
-            label = m.live or name
-            parts.append(f"{label} {m.fmt.format(value)}")
-    return "  ".join(parts)
+        yield name, value, metric
+
+
+def live_line(metrics: Mapping[str, float], ratios: Mapping[str, Any] | None = None) -> str:
+    """The metrics shown while training, e.g. `return 12.31  catch_rate 0.702  ...`."""
+    return "  ".join(
+        f"{m.live or name} {m.fmt.format(value)}"
+        for name, value, m in declared(metrics, ratios)
+        if m.live is not None
+    )
 
 
 def to_host(metrics: Mapping[str, torch.Tensor | float | int]) -> dict[str, float]:
@@ -217,6 +220,24 @@ def to_host(metrics: Mapping[str, torch.Tensor | float | int]) -> dict[str, floa
         stacked = torch.stack([metrics[k].detach().double().reshape(()) for k in names])  # type: ignore[union-attr]
         out.update(zip(names, stacked.cpu().tolist(), strict=True))
     return out
+
+
+class Clock:
+    """A mark in time; on CUDA an event, read after the update's host copy, so that timing
+    adds no sync of its own. Subtract two marks for the seconds between them."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            self.mark: Any = torch.cuda.Event(enable_timing=True)
+            self.mark.record()
+        else:
+            self.mark = time.perf_counter()
+
+    def __sub__(self, earlier: Clock) -> float:
+        if self.cuda:
+            return earlier.mark.elapsed_time(self.mark) / 1000.0
+        return self.mark - earlier.mark
 
 
 def memory_stats(device: torch.device) -> dict[str, float]:

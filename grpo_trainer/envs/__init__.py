@@ -10,13 +10,8 @@ Envs from libraries with their own vector API come through `FACTORIES`, by a pre
 out through DLPack, state snapshots), `envpool:CartPole-v1` and `minatar:Breakout-v1`. Each
 factory imports its library only when called, and says (once, as a warning) what the env
 lacks and what the trainer does instead. Other ids, `module:EnvId` included, go to
-`gymnasium.make_vec`.
-
-The modules beside this one give each env family the sub-env state protocol (docs/env.md)
-that GRPO's groups need: `gymnax_vector` (gymnax), `array_state` (Gymnasium's numpy
-`CartPoleVectorEnv`), `copied_state` (any `SyncVectorEnv` whose sub-envs can be copied,
-MinAtar's included), `async_state` (any `AsyncVectorEnv` whose sub-envs can be pickled from
-and back into their workers) and `state`, which picks one for an env (docs/integrations.md).
+`gymnasium.make_vec`. The modules beside this one give each env family the sub-env state
+protocol that GRPO's groups need (`state` picks one for an env).
 """
 
 from __future__ import annotations
@@ -115,15 +110,9 @@ def jax_cache_dir() -> Path:
 
 
 def keep_compiled_functions() -> None:
-    """Turn on JAX's persistent compilation cache, unless the user configured one.
-
-    A gymnax env's step, reset and state copies take seconds to compile, which on a short
-    run is most of its training time (docs/integrations.md); a later process loads them
-    from the cache in a fraction of that. JAX keys each entry by the computation, its
-    version, flags and device, so an entry is only reused where it is the same program.
-    Set `JAX_COMPILATION_CACHE_DIR` (or `jax_compilation_cache_dir`) to use another folder;
-    the setting takes effect only before JAX compiles its first function in the process.
-    """
+    """Turn on JAX's persistent compilation cache, unless the user configured one: a gymnax
+    env's functions take seconds to compile, most of a short run's time (docs/integrations.md,
+    "Compilation"); JAX keys each entry by the program, so only the same program reuses it."""
     import jax
 
     if os.environ.get("JAX_COMPILATION_CACHE_DIR") or jax.config.jax_compilation_cache_dir:

@@ -1,32 +1,15 @@
 """Gymnasium's numpy vector envs that keep their state in arrays, given the state protocol.
 
-`CartPoleVectorEnv` (what `gym.make_vec("CartPole-v1")` builds) keeps every sub-env's state
-in a few numpy arrays with one column per sub-env. A snapshot is then an index into those
-arrays and a restore a write, and that is all `ArrayStateVectorEnv` does: it wraps the env
-(no monkey-patching: it only reads and writes the attributes its `ArrayLayout` names) and
-adds what GRPO needs:
-
-* `reset(seed=[...], options={"reset_mask": m})`: masked resets with a seed per sub-env.
-  The env's own `reset` takes one seed for all; a sub-env reset with seed `s` is made by a
-  one-sub-env *twin* of the env (a copy with `num_envs = 1`) reset with `s`, whose state and
-  observation are copied into the sub-env's row. Equal seeds give equal starts, exactly as
-  the env's own reset draws them.
-* `snapshot_state(index)` / `restore_state(index, snapshot)` (docs/env.md), on the host.
-* **its own NEXT_STEP autoreset** (`autoreset=True`, the default). The env's autoreset draws
-  new games from one generator
-  shared by all sub-envs, so what a sub-env restarts to would depend on which neighbours
-  ended with it. The adapter clears the env's pending flags before each step and restarts
-  the pending sub-envs itself, each from its own seed chain (`next_seed`, one per sub-env,
-  part of its state): a restored sub-env continues exactly as its source, across episode
-  ends too. The step keeps NEXT_STEP's contract (reward 0, not ended, the new game's
-  observation). Each restarted sub-env costs a reset of a one-sub-env twin, so with many
-  episode ends per step this is the adapter's main cost; the trainer, which starts groups
-  itself by masked resets and copies, builds it with `autoreset=False` (Gymnasium's DISABLED
-  mode: an ended sub-env waits for its masked reset or a restore).
-
-`ARRAY_LAYOUTS` names the arrays of each env class Gymnasium ships; add yours there with the
-axis that indexes sub-envs and the array of pending autoresets. The step must be a function
-of those arrays (CartPole's is).
+`CartPoleVectorEnv` keeps every sub-env's state in a few numpy arrays, one column per sub-env,
+so a snapshot is an index into them and a restore a write. `ArrayStateVectorEnv` wraps the env
+and touches only the arrays its `ArrayLayout` names (`ARRAY_LAYOUTS`: add an env class whose
+step is a function of its arrays). The env's own reset takes one seed for all, so a sub-env
+reset with seed `s` is a one-sub-env *twin* of the env reset with `s`, copied into its row.
+The env's autoreset draws new games from one generator shared by all sub-envs, so what a
+sub-env restarts to would depend on its neighbours: with `autoreset=True` the adapter restarts
+pending sub-envs itself, each from its own seed chain (part of its state, so that a restored
+sub-env continues exactly as its source). The trainer starts groups itself and builds it with
+`autoreset=False` (DISABLED), sparing a twin's reset per episode end.
 """
 
 from __future__ import annotations

@@ -1,35 +1,11 @@
 """Sub-env state snapshots for any Python env in an `AsyncVectorEnv`: pickled worker states.
 
-Each sub-env lives in a worker process, and its state is the env object there. Gymnasium's
-public calls reach it: `call("__dict__")` pickles every worker's env state (the wrapper chain
-and the env inside it) to the parent, and `set_attr("__dict__", states)` puts one back in
-each worker. `PickledStateVectorEnv` builds the protocol of docs/env.md on those two calls,
-without patching Gymnasium: a snapshot of sub-env `i` is its pulled state; a restore pushes
-the snapshot's states into the chosen sub-envs and, since `set_attr` sets a value in every
-worker, each other sub-env's own current state back into it (a copy that continues exactly
-as the original: that is what the round trip below verifies).
-
-What the parent keeps per sub-env follows the state. The NEXT_STEP autoreset flag lives in
-the worker, out of reach, so the adapter mirrors it (a step that ends sets it, a reset
-clears it); a restore that must cancel a worker's pending reset does so with a masked reset
-just before it pushes. Gymnasium can only clear that flag, never set it, so a snapshot taken
-right after its sub-env's episode ended goes back only into sub-envs that just ended too
-(never the case for the trainer: its sources are fresh or still playing). The latest
-observation of each sub-env (AsyncVectorEnv's shared `observations`) is written back too.
-
-Pulls are lazy: a snapshot refers to the workers until they next change (a step, a reset, a
-restore), and only then are the states of all sub-envs pulled, once for all live snapshots.
-So the trainer's restart point where every sub-env keeps its own state moves nothing, and
-one where some groups restart or branch costs one pull and one push: a pickle and an
-unpickle of every sub-env's state each way, in its worker and in the parent, and a round
-trip through every pipe: each costs about two steps (docs/performance.md, "Figures the code
-relies on").
-
-`picklable_or_none` verifies at construction, in a throwaway one-sub-env copy of the vector
-env (a failed pickle ends its worker), that a pushed state continues exactly as the pulled
-one; where it does not, cannot be pickled at all (Box2D's handles), or the vector env runs a
-custom worker or NEXT_STEP without shared memory (where a masked reset leaves a pending
-autoreset in place), the env is left as it is and a warning names it once.
+Each sub-env's state is the env object in its worker: `call("__dict__")` pulls every worker's
+state to the parent and `set_attr("__dict__", states)` pushes one back into each, so a restore
+pushes the snapshot's states into the chosen sub-envs and every other sub-env's own state back
+into it. Pulls are lazy, once for all live snapshots before the workers change. The worker
+keeps the NEXT_STEP autoreset flag, which the adapter mirrors and which only a masked reset
+can clear (docs/integrations.md, "Sub-env state snapshots for other vector envs").
 """
 
 from __future__ import annotations
@@ -45,8 +21,14 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 from gymnasium.vector.utils import concatenate, iterate
 
-from grpo_trainer.envs.copied_state import ROUND_TRIP_STEPS, _equal
-from grpo_trainer.envs.host_inputs import host_index, host_mask
+from grpo_trainer.envs.copied_state import (
+    ROUND_TRIP_STEPS,
+    LazySnapshots,
+    Snapshot,
+    first_difference,
+    warn_no_snapshots,
+)
+from grpo_trainer.envs.host_inputs import host_mask
 
 __all__ = ["PickledStateVectorEnv", "picklable_or_none"]
 
@@ -61,11 +43,7 @@ class WorkerState:
         self.source, self.state, self.pending, self.obs = source, state, pending, obs
 
 
-class Snapshot(list):  # a list, so that the wrapper can hold it by weak reference
-    """`WorkerState` rows, in the order of the index they were taken at."""
-
-
-class PickledStateVectorEnv(gym.vector.VectorWrapper):
+class PickledStateVectorEnv(LazySnapshots):
     """An `AsyncVectorEnv` (possibly wrapped) with sub-env state snapshots by pickling."""
 
     def __init__(self, env: gym.vector.VectorEnv) -> None:
@@ -75,26 +53,15 @@ class PickledStateVectorEnv(gym.vector.VectorWrapper):
         self._pending = np.zeros(self.num_envs, bool)  # the workers' NEXT_STEP flags
         self._states: list[dict] | None = None  # the workers' env states, if pulled since
         self._live: list[weakref.ref[Snapshot]] = []  # snapshots not pulled yet
-        self._reset_done = False
 
-    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        options = kwargs.get("options")
-        mask = (options or {}).get("reset_mask")
-        if mask is not None:
-            mask = host_mask(mask, self.num_envs)
-            if not mask.any():  # nothing to reset (AsyncVectorEnv refuses an empty mask)
-                return copy.deepcopy(self.workers.observations), {}
-        if options is not None:  # a copy: AsyncVectorEnv pops reset_mask from it
-            kwargs["options"] = {**options, **({} if mask is None else {"reset_mask": mask})}
-        self._changing()
-        out = self.env.reset(**kwargs)
+    def _observations(self) -> Any:
+        return self.workers.observations
+
+    def _after_reset(self, mask: np.ndarray | None) -> None:
         self._pending[slice(None) if mask is None else mask] = False
-        self._reset_done = True
-        return out
 
     def step(self, actions: Any) -> tuple[Any, ...]:
-        self._changing()
-        obs, reward, terminated, truncated, info = self.env.step(actions)
+        obs, reward, terminated, truncated, info = super().step(actions)
         if self._next_step:  # the worker resets at its next step (it keeps this flag itself)
             self._pending = host_mask(terminated, self.num_envs) | host_mask(
                 truncated, self.num_envs
@@ -105,31 +72,20 @@ class PickledStateVectorEnv(gym.vector.VectorWrapper):
 
     def snapshot_state(self, index: Any) -> Snapshot:
         """Sub-envs `index` as they are now (pulled lazily, before anything changes them)."""
-        self._require_reset("snapshot_state")
+        rows = self._rows("snapshot_state", index)
         obs = self._observation_rows()
         states = self._states or [None] * self.num_envs
-        rows = Snapshot(
-            WorkerState(i, states[i], bool(self._pending[i]), copy.deepcopy(obs[i]))
-            for i in host_index(index, self.num_envs).tolist()
+        snapshot = Snapshot(
+            WorkerState(i, states[i], bool(self._pending[i]), copy.deepcopy(obs[i])) for i in rows
         )
         if self._states is None:
-            self._live.append(weakref.ref(rows))
-        return rows
+            self._live.append(weakref.ref(snapshot))
+        return snapshot
 
     def restore_state(self, index: Any, snapshot: Sequence[WorkerState]) -> None:
         """Sub-env `index[j]` takes the state of row `j` of `snapshot`."""
-        self._require_reset("restore_state")
-        rows = host_index(index, self.num_envs).tolist()
-        if not isinstance(snapshot, Sequence) or len(snapshot) != len(rows):
-            raise ValueError(
-                f"snapshot must be what snapshot_state() returned for {len(rows)} sub-envs, "
-                f"got {type(snapshot).__name__}"
-            )
-        moves: dict[int, WorkerState] = {}
-        for i, row in zip(rows, snapshot, strict=True):
-            if not isinstance(row, WorkerState):
-                raise ValueError(f"snapshot rows must be WorkerState, got {type(row).__name__}")
-            moves[i] = row  # the last one wins, as in a sequence of assignments
+        rows = self._restore_rows(index, snapshot, WorkerState)
+        moves = dict(zip(rows, snapshot, strict=True))  # the last one wins, as in assignments
         moves = {i: row for i, row in moves.items() if not self._unchanged(i, row)}
         for i, row in moves.items():
             if row.pending and not self._pending[i]:
@@ -182,13 +138,8 @@ class PickledStateVectorEnv(gym.vector.VectorWrapper):
         self._live = []
 
     def _changing(self) -> None:
-        """Before a step or a reset changes the workers' envs."""
         self._pull_live()
         self._states = None
-
-    def _require_reset(self, name: str) -> None:
-        if not self._reset_done:
-            raise RuntimeError(f"call reset() before {name}()")
 
 
 def picklable_or_none(envs: gym.vector.VectorEnv) -> PickledStateVectorEnv | None:
@@ -198,12 +149,7 @@ def picklable_or_none(envs: gym.vector.VectorEnv) -> PickledStateVectorEnv | Non
     name, problem = _round_trip_problem(workers)
     if problem is None:
         return PickledStateVectorEnv(envs)
-    warnings.warn(
-        f"{name}: its sub-envs in AsyncVectorEnv cannot be copied ({problem}), so there are no "
-        "state snapshots: groups restart with a shared seed and cannot branch",
-        RuntimeWarning,
-        stacklevel=3,
-    )
+    warn_no_snapshots(name, problem, " in AsyncVectorEnv")
     return None
 
 
@@ -249,9 +195,7 @@ def _replay_problem(probe: PickledStateVectorEnv) -> str | None:
     played = [probe.step(a)[:4] for a in actions]
     probe.restore_state(np.array([0]), snapshot)
     for t, (action, first) in enumerate(zip(actions, played, strict=True)):
-        again = probe.step(action)[:4]
-        names = ("observation", "reward", "terminated", "truncated")
-        for what, x, y in zip(names, first, again, strict=True):
-            if not _equal(x, y):
-                return f"a restored sub-env's {what} differs from the original's at step {t}"
+        differs = first_difference(first, probe.step(action), t, "a restored sub-env's")
+        if differs:
+            return differs
     return None

@@ -1,21 +1,10 @@
 """Sub-env state snapshots for any Python env in a `SyncVectorEnv`: copies of the sub-envs.
 
-A Python env's state is the env object itself (its physics, its random generator, MinAtar's
-sticky-action memory...), so a snapshot of sub-env `i` is a copy of `envs[i]` and a restore
-puts a copy in its place. `CopiedStateVectorEnv` wraps the vector env and adds the protocol
-of docs/env.md; the trainer then restarts a group by resetting one member and copying it to
-the others, so the members start alike in every respect, and it can branch.
-
-Copies are made only when needed. A snapshot holds the sub-env objects themselves until the
-vector env next changes them (a step, a reset); only then are the objects a live snapshot
-still holds copied. Restoring a sub-env's own unchanged snapshot into it copies nothing. So
-the trainer's "snapshot every sub-env, restore every sub-env" at a restart point costs one
-copy per sub-env that actually moves.
-
-`copyable_or_none` verifies at construction, by a round trip, that a copied sub-env
-continues exactly as the original (same observations and rewards for the same actions);
-where it does not, or cannot be copied at all (Box2D's handles), the env is left as it is
-and a warning names it once.
+A Python env's state is the env object itself, so a snapshot of sub-env `i` is `envs[i]` and
+a restore puts a copy in its place. Copies are made only when the vector env is about to
+change an object a live snapshot holds, and only where a round trip at construction shows
+that a copy continues exactly as its source (docs/integrations.md, "Sub-env state snapshots
+for other vector envs"). `LazySnapshots` is what this adapter and `async_state`'s share.
 """
 
 from __future__ import annotations
@@ -31,9 +20,69 @@ import numpy as np
 
 from grpo_trainer.envs.host_inputs import host_index, host_mask
 
-__all__ = ["CopiedStateVectorEnv", "copyable_or_none"]
+__all__ = ["CopiedStateVectorEnv", "LazySnapshots", "copyable_or_none"]
 
 ROUND_TRIP_STEPS = 16
+OUTPUTS = ("observation", "reward", "terminated", "truncated")
+
+
+class Snapshot(list):  # a list, so that the wrapper can hold it by weak reference
+    """One row per sub-env of the index it was taken at."""
+
+
+class LazySnapshots(gym.vector.VectorWrapper):
+    """What both Python-env adapters share: a snapshot refers to the live sub-envs until a
+    step or a reset changes them (`_changing`), masked resets that accept an empty mask, and
+    the checks on the indices and snapshots callers hand them."""
+
+    _reset_done = False
+
+    def _observations(self) -> Any:
+        raise NotImplementedError
+
+    def _changing(self) -> None:
+        """Before a step or a reset changes the sub-envs: live snapshots take their copies."""
+        raise NotImplementedError
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        options = kwargs.get("options")
+        mask = (options or {}).get("reset_mask")
+        if mask is not None:
+            mask = host_mask(mask, self.num_envs)
+            if not mask.any():  # nothing to reset (Gymnasium refuses an empty mask)
+                return copy.deepcopy(self._observations()), {}
+        if options is not None:  # a copy: Gymnasium pops reset_mask from it
+            kwargs["options"] = {**options, **({} if mask is None else {"reset_mask": mask})}
+        self._changing()
+        out = self.env.reset(**kwargs)
+        self._after_reset(mask)
+        self._reset_done = True
+        return out
+
+    def _after_reset(self, mask: np.ndarray | None) -> None:
+        pass
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        self._changing()
+        return self.env.step(actions)
+
+    def _rows(self, call: str, index: Any) -> list[int]:
+        if not self._reset_done:
+            raise RuntimeError(f"call reset() before {call}()")
+        return host_index(index, self.num_envs).tolist()
+
+    def _restore_rows(self, index: Any, snapshot: Any, row: type) -> list[int]:
+        """The sub-envs `index` names, each with its `row` of `snapshot`."""
+        rows = self._rows("restore_state", index)
+        if not isinstance(snapshot, Sequence) or len(snapshot) != len(rows):
+            raise ValueError(
+                f"snapshot must be what snapshot_state() returned for {len(rows)} sub-envs, "
+                f"got {type(snapshot).__name__}"
+            )
+        wrong = next((r for r in snapshot if not isinstance(r, row)), None)
+        if wrong is not None:
+            raise ValueError(f"snapshot rows must be {row.__name__}, got {type(wrong).__name__}")
+        return rows
 
 
 class SubEnvCopy:
@@ -46,71 +95,40 @@ class SubEnvCopy:
         self.env, self.pending, self.obs, self.shared = env, pending, obs, True
 
 
-class Snapshot(list):  # a list, so that the wrapper can hold it by weak reference
-    """`SubEnvCopy` rows, in the order of the index they were taken at."""
-
-
-class CopiedStateVectorEnv(gym.vector.VectorWrapper):
+class CopiedStateVectorEnv(LazySnapshots):
     """A `SyncVectorEnv` (possibly wrapped) with sub-env state snapshots by copying."""
 
     def __init__(self, env: gym.vector.VectorEnv) -> None:
         super().__init__(env)
         self._live: list[weakref.ref[Snapshot]] = []  # snapshots that may share sub-envs
-        self._reset_done = False
 
-    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        self._detach_snapshots()
-        options = kwargs.get("options")
-        mask = (options or {}).get("reset_mask")
-        if mask is not None:
-            mask = host_mask(mask, self.num_envs)
-            if not mask.any():  # nothing to reset (SyncVectorEnv refuses an empty mask)
-                return copy.deepcopy(self.env.unwrapped._observations), {}
-        if options is not None:  # a copy: SyncVectorEnv pops reset_mask from it
-            kwargs["options"] = {**options, **({} if mask is None else {"reset_mask": mask})}
-        self._reset_done = True
-        return self.env.reset(**kwargs)
-
-    def step(self, actions: Any) -> tuple[Any, ...]:
-        self._detach_snapshots()
-        return self.env.step(actions)
+    def _observations(self) -> Any:
+        return self.env.unwrapped._observations
 
     # -- sub-env state snapshots (docs/env.md) ---------------------------------------------
 
     def snapshot_state(self, index: Any) -> Snapshot:
         """Sub-envs `index` as they are now (copied lazily, before anything changes them)."""
-        if not self._reset_done:
-            raise RuntimeError("call reset() before snapshot_state()")
         sync = self.env.unwrapped
         rows = Snapshot(
             SubEnvCopy(sync.envs[i], bool(sync._autoreset_envs[i]), sync._env_obs[i])
-            for i in host_index(index, self.num_envs)
+            for i in self._rows("snapshot_state", index)
         )
         self._live.append(weakref.ref(rows))
         return rows
 
     def restore_state(self, index: Any, snapshot: Sequence[SubEnvCopy]) -> None:
         """Sub-env `index[j]` becomes a copy of row `j` of `snapshot`."""
-        if not self._reset_done:
-            raise RuntimeError("call reset() before restore_state()")
-        rows = host_index(index, self.num_envs)
-        if not isinstance(snapshot, Sequence) or len(snapshot) != len(rows):
-            raise ValueError(
-                f"snapshot must be what snapshot_state() returned for {len(rows)} sub-envs, "
-                f"got {type(snapshot).__name__}"
-            )
         sync = self.env.unwrapped
+        rows = self._restore_rows(index, snapshot, SubEnvCopy)
         for i, row in zip(rows, snapshot, strict=True):
-            if not isinstance(row, SubEnvCopy):
-                raise ValueError(f"snapshot rows must be SubEnvCopy, got {type(row).__name__}")
             if row.shared and sync.envs[i] is row.env:
                 continue  # its own snapshot, and it has not changed since
             sync.envs[i] = copy.deepcopy(row.env)
             sync._autoreset_envs[i] = row.pending
             sync._env_obs[i] = copy.deepcopy(row.obs)
 
-    def _detach_snapshots(self) -> None:
-        """Before the sub-envs change: live snapshots that still share them take copies."""
+    def _changing(self) -> None:
         for ref in self._live:
             for row in ref() or ():
                 if row.shared:
@@ -127,13 +145,17 @@ def copyable_or_none(envs: gym.vector.VectorEnv) -> CopiedStateVectorEnv | None:
     problem = _round_trip_problem(sync.envs[0], sync.single_action_space)
     if problem is None:
         return CopiedStateVectorEnv(envs)
-    warnings.warn(
-        f"{name}: its sub-envs cannot be copied ({problem}), so there are no state snapshots: "
-        "groups restart with a shared seed and cannot branch",
-        RuntimeWarning,
-        stacklevel=3,
-    )
+    warn_no_snapshots(name, problem)
     return None
+
+
+def warn_no_snapshots(name: str, problem: str, where: str = "") -> None:
+    warnings.warn(
+        f"{name}: its sub-envs{where} cannot be copied ({problem}), so there are no state "
+        "snapshots: groups restart with a shared seed and cannot branch",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 def _round_trip_problem(env: gym.Env, action_space: gym.Space) -> str | None:
@@ -152,20 +174,24 @@ def _round_trip_problem(env: gym.Env, action_space: gym.Space) -> str | None:
             a, b = original.step(action), twin.step(copy.deepcopy(action))
         except Exception as err:  # a copy that cannot step is no copy
             return f"a copy fails to step: {type(err).__name__}: {err}"
-        names = ("observation", "reward", "terminated", "truncated")
-        for what, x, y in zip(names, a[:4], b[:4], strict=True):
-            if not _equal(x, y):
-                return f"a copy's {what} differs from the original's at step {t}"
+        differs = first_difference(a, b, t, "a copy's")
+        if differs:
+            return differs
         if a[2] or a[3]:
             break
     return None
 
 
-def _equal(x: Any, y: Any) -> bool:
-    try:
-        return bool(np.array_equal(np.asarray(x), np.asarray(y)))
-    except Exception:
-        return False
+def first_difference(first: Sequence[Any], again: Sequence[Any], t: int, whose: str) -> str | None:
+    """Which of a step's outputs differ between an original and its copy, or None."""
+    for what, x, y in zip(OUTPUTS, first[:4], again[:4], strict=True):
+        try:
+            equal = bool(np.array_equal(np.asarray(x), np.asarray(y)))
+        except Exception:
+            equal = False
+        if not equal:
+            return f"{whose} {what} differs from the original's at step {t}"
+    return None
 
 
 def _env_name(sync: Any) -> str:

@@ -2,24 +2,11 @@
 
 `EnvIO` turns whatever a vector env returns (torch tensors, or numpy arrays as Gymnasium's
 own envs give) into tensors on the trainer's device, zero-copy where the memory allows, and
-turns actions back. It also starts groups: every member of a group starts alike.
-
-How a group can start again while its neighbours play on depends on what the env offers,
-found once at construction (`restart_method`, one of three types). First the env's family
-adapter is put around it where it has none of its own (`envs.state.with_state_protocol`:
-Gymnasium's numpy `CartPoleVectorEnv`, and `SyncVectorEnv`s and `AsyncVectorEnv`s whose
-sub-envs can be copied), then:
-
-* `FromSnapshots` ("snapshot"): the env offers the sub-env state protocol
-  (`snapshot_state(index)` and `restore_state(index, snapshot)`, docs/env.md) and masked
-  resets. A restarting group's first member resets; the others copy its state. Groups can
-  also *branch*: every member takes the state one of them reached. On a device env, without
-  a host sync.
-* `FromSeeds` ("seeded"): `SyncVectorEnv`s and `AsyncVectorEnv`s of envs that cannot be
-  copied (Box2D; masked resets with a seed per sub-env): a restarting group's members reset
-  with one new seed.
-* `ByAutoreset` ("independent"): neither. Sub-envs restart through the env's own autoreset,
-  each on its own, so members of a group are no longer in step; a warning says so once.
+turns actions back. It also starts groups: every member of a group starts alike. How a group
+can start again while its neighbours play on depends on what the env offers (after its
+family's adapter, `envs.state.with_state_protocol`), found once: `FromSnapshots` (the sub-env
+state protocol of docs/env.md: groups can also branch), `FromSeeds` (masked resets with a
+seed per sub-env) or `ByAutoreset` (neither: each sub-env restarts on its own).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Episode bookkeeping shared by training rollouts, evaluation and recording.
-
-`EpisodeRunner` steps an env with given actions and keeps, per sub-env, whether its episode
-still counts (`alive`), its running return and length; `EpisodeStats` sums what the episodes
-that end report (return, length and every numeric `info["episode"]` field) on the device,
-so that reading them is one host copy. `play_until_ended` is the one "play until every
-sub-env has ended an episode" loop.
+"""Episode bookkeeping shared by training rollouts, evaluation and recording: one runner, one
+reducer of what ended episodes report (on the device, so reading them is one host copy), and
+one "play until every sub-env has ended an episode" loop.
 """
 
 from __future__ import annotations
@@ -21,15 +17,11 @@ _CORE = ("return", "return_sq", "length")
 
 
 class EpisodeStats:
-    """Sums over ended episodes, per sub-env, on the device; `summarise` turns them into means.
-
-    Values are kept per sub-env (a sub-env ends few episodes between reads) and summed in
-    float64 when read, so long runs of sums lose no precision.
-
-    An episode's return and length mean what `fruit_env.interop.wrappers.TorchEpisodeStatistics`
-    (Gymnasium's `RecordEpisodeStatistics` on the device) records, the reference: this is
-    the trainer's reducer over them, and tests/test_shared_concepts.py checks that the two
-    see the same episodes.
+    """Sums over ended episodes, per sub-env (few end between reads) and added up in float64
+    when read, so long runs lose no precision; `summarise` turns them into means. An
+    episode's return and length mean what the reference,
+    `fruit_env.interop.wrappers.TorchEpisodeStatistics`, records
+    (tests/test_shared_concepts.py keeps them in agreement).
     """
 
     def __init__(self, num_envs: int, device: torch.device) -> None:
@@ -128,13 +120,10 @@ def summarise(
 class EpisodeRunner:
     """Steps an env and tracks each sub-env's current episode (who plays, return, length).
 
-    A sub-env is *alive* while the episode it started counts. When it ends (terminated,
-    truncated, or `max_episode_steps` reached) the episode is added to `stats` and the
-    sub-env stays out until the caller starts it again (`begin_episodes`).
-
-    A sub-env that took over another's state (`branch_from`) plays on from the middle of that
-    one's episode: its end is not counted as an episode, so the statistics are those of
-    episodes played from their start, each once (`from_start` marks them).
+    A sub-env is *alive* while the episode it started counts; when it ends, the episode is
+    added to `stats` and the sub-env stays out until started again (`begin_episodes`). One
+    that took over another's state (`branch_from`) plays on from the middle of that episode,
+    so its end is not counted: the statistics are of episodes played from their start, once.
     """
 
     def __init__(self, env: EnvIO, max_episode_steps: int | None = None) -> None:

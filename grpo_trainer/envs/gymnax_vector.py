@@ -1,29 +1,11 @@
 """A gymnax env as a torch vector env: one jit-compiled, vmapped step; torch in, torch out.
 
 gymnax envs are pure functions of an explicit state pytree, so everything GRPO needs from an
-env is an index or a scatter on that pytree:
-
-* **one PRNG key per sub-env.** A sub-env's randomness is its own key chain, so a sub-env
-  reset with seed `s` starts exactly like any other reset with `s`, and a copied sub-env
-  continues exactly like its source (the key travels with the state);
-* **masked resets with a seed per sub-env** (`reset(seed=[...], options={"reset_mask": m})`),
-  so the members of a group start alike;
-* **state snapshots** (`snapshot_state` / `restore_state`, the protocol of docs/env.md):
-  gather and scatter on the device, so groups can restart and branch without a host sync.
-
-The step is gymnax's own `env.step` (its autoreset: SAME_STEP, declared as such, with the
-final observation in `info["final_obs"]`), vmapped and jit-compiled once. What comes out
-crosses to torch through DLPack without a copy: the observations as they are, and the
-reward, terminated and truncated flags together as one `(N, 3)` float32 array, so a step
-costs two hand-overs instead of four. Actions go in through DLPack on a GPU, and as a numpy
-view on the CPU, where the compiled call's copy costs less than JAX's DLPack import
-(`torch_to_jax`). The final observation is a second full observation array per step, as
-large as the step's own output: `final_obs=False`, one of the trainer's fast options (it
-never reads it), compiles a step without it.
-
-Why not gymnax's `GymnaxToVectorGymWrapper` + Gymnasium's `JaxToTorch`: they take one seed
-for all sub-envs, offer no snapshots, and convert every output on its own, so the trainer
-ran gymnax CartPole slower through them than Gymnasium's numpy CartPole (docs/integrations.md).
+env is an index or a scatter on that pytree: one PRNG key chain per sub-env (a reset with seed
+`s` starts as any other with `s`; a copied sub-env continues as its source), masked resets
+with a seed per sub-env, and state snapshots gathered and scattered on the device. Why it is
+ours rather than `GymnaxToVectorGymWrapper` + `JaxToTorch`, and how its outputs cross to
+torch: docs/integrations.md, "Every env family".
 """
 
 from __future__ import annotations
@@ -39,6 +21,8 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
+
+from grpo_trainer.envs.host_inputs import host_mask, per_env_seeds
 
 __all__ = ["GymnaxVectorEnv", "JaxInputs", "jax_device"]
 
@@ -73,26 +57,20 @@ def _dlpack(x: torch.Tensor) -> jax.Array:
 
 
 def torch_to_jax(device: torch.device) -> Callable[[torch.Tensor], Any]:
-    """How torch tensors enter JAX on `device`, chosen once. On a GPU through DLPack, without
-    a copy. On the CPU as a numpy view, which a jit-compiled call copies in: JAX's import of
-    a DLPack capsule has a fixed cost, larger than that copy at the batch sizes the trainer
-    runs (docs/integrations.md). What comes out of JAX goes to torch through DLPack on
-    either device, without a copy."""
+    """How torch tensors enter JAX on `device`: DLPack on a GPU; on the CPU a numpy view that
+    the compiled call copies, cheaper there than JAX's DLPack import (docs/integrations.md)."""
     return _numpy_view if device.type == "cpu" else _dlpack
 
 
 class GymnaxVectorEnv(gym.vector.VectorEnv):
     """`num_envs` copies of one gymnax env on `device`, stepped by one compiled call.
 
-    `check_actions` (default True): refuse out-of-range actions with a clear error. It reads
-    the actions on the host. `final_obs` (default True): put the last observation of an
-    ended episode in `info["final_obs"]` (Gymnasium's SAME_STEP contract). `autoreset`
-    (default True): gymnax's own `env.step`, which computes a new game for every sub-env on
-    every step and keeps it where an episode ended (SAME_STEP); with False, the step is
-    gymnax's `step_env` alone and ended sub-envs wait for a masked reset or a restore
-    (Gymnasium's DISABLED mode). The trainer, whose actions come from the action space,
-    which never reads final observations and which starts groups itself, turns all three
-    off (`metadata["fast_kwargs"]`).
+    `check_actions`: refuse out-of-range actions (a host read). `final_obs`: the last
+    observation of an ended episode in `info["final_obs"]` (SAME_STEP's contract).
+    `autoreset`: gymnax's own `env.step` (SAME_STEP); with False its `step_env` alone, and
+    ended sub-envs wait for a masked reset or a restore (DISABLED). The trainer turns all
+    three off (`metadata["fast_kwargs"]`): its actions come from the action space, it never
+    reads final observations and it starts groups itself.
     """
 
     metadata = {
@@ -136,7 +114,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         if not autoreset:
             self._step_fn = jax.jit(self._step_without_reset)
         elif final_obs:
-            self._step_fn = jax.jit(self._step_with_final_obs)
+            self._step_fn = jax.jit(self._compiled_step)
         else:
             self._step_fn = jax.jit(self._step_without_final_obs)
         self._reset_fn = jax.jit(self._compiled_reset)
@@ -151,7 +129,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
 
     def _compiled_step(self, state: Any, keys: jax.Array, action: jax.Array) -> Any:
         """One step of every sub-env: state, keys, observations, `(N, 3)` reward and flags,
-        and an info dict (empty here)."""
+        and the info (the final observations)."""
         split = jax.vmap(jax.random.split)(keys)
         step = jax.vmap(self.env.step, in_axes=(0, 0, 0, None))
         obs, state, reward, terminated, truncated, info = step(
@@ -161,9 +139,6 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         final = {"final_obs": info["final_observation"].astype(jnp.float32)}
         final["_final_obs"] = terminated | truncated
         return state, split[:, 0], obs.astype(jnp.float32), flags, final
-
-    def _step_with_final_obs(self, state: Any, keys: jax.Array, action: jax.Array) -> Any:
-        return self._compiled_step(state, keys, action)
 
     def _step_without_final_obs(self, state: Any, keys: jax.Array, action: jax.Array) -> Any:
         *out, _ = self._compiled_step(state, keys, action)
@@ -293,19 +268,13 @@ class JaxInputs:
         """One row per sub-env: (given, low 32 bits, high 32 bits) of its seed, any int in
         [0, 2**64); a sub-env without one goes on with its key chain (on the `first` reset,
         which has none yet, it draws a random seed)."""
-        n = self.num_envs
         if seed is None:
             if not first:
-                return jnp.zeros((n, 3), jnp.uint32)
+                return jnp.zeros((self.num_envs, 3), jnp.uint32)
             seed = secrets.randbelow(2**63)
-        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            per_env: list[int | None] = [int(seed) + i for i in range(n)]
-        elif isinstance(seed, Sequence) and len(seed) == n:
-            per_env = list(seed)
-        else:
-            raise ValueError(f"seed must be an int, None or a list of {n} seeds, got {seed!r}")
+        per_env = per_env_seeds(seed, self.num_envs)
         for s in per_env:
-            if s is not None and not (isinstance(s, (int, np.integer)) and 0 <= s < 2**64):
+            if s is not None and not 0 <= s < 2**64:
                 raise ValueError(f"seeds must be ints in [0, 2**64) or None, got {s!r}")
         if first:
             per_env = [secrets.randbelow(2**63) if s is None else s for s in per_env]
@@ -320,13 +289,7 @@ class JaxInputs:
                     f"{mask.dtype} {tuple(mask.shape)}"
                 )
             return self.from_torch(mask.to(self.device))
-        array = np.asarray(mask)
-        if array.shape != (self.num_envs,) or array.dtype != np.bool_:
-            raise ValueError(
-                f"reset_mask must be a ({self.num_envs},) bool array, got {array.dtype} "
-                f"{array.shape}"
-            )
-        return jax.device_put(array, self.jax_device)
+        return jax.device_put(host_mask(mask, self.num_envs), self.jax_device)
 
     def index(self, index: Any) -> jax.Array:
         if isinstance(index, torch.Tensor):

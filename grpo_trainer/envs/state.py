@@ -1,19 +1,8 @@
-"""Giving a vector env the sub-env state protocol, where its family allows it.
+"""Giving a vector env the sub-env state protocol (docs/env.md), where its family allows it.
 
-The trainer restarts and branches groups through one duck-typed protocol (docs/env.md):
-`snapshot_state(index)`, `restore_state(index, snapshot)` and masked resets. Envs that offer
-it (Fruit Catcher, `GymnaxVectorEnv`) are used as they are. For the others, `with_state_protocol`
-picks the adapter of their family:
-
-* a numpy vector env whose state is arrays (`ARRAY_LAYOUTS`: Gymnasium's `CartPoleVectorEnv`)
-  -> `ArrayStateVectorEnv`;
-* a `SyncVectorEnv` whose sub-envs survive a copy round trip (classic control, MinAtar, most
-  pure-Python envs) -> `CopiedStateVectorEnv`;
-* an `AsyncVectorEnv` whose sub-envs survive a pickle round trip through their workers (the
-  same envs) -> `PickledStateVectorEnv`;
-* anything else is returned unchanged: `SyncVectorEnv`s and `AsyncVectorEnv`s of envs that
-  cannot be copied (Box2D) restart groups with a shared seed (a warning names the env); envs
-  with neither restart sub-envs on their own.
+Envs that offer it (Fruit Catcher, `GymnaxVectorEnv`) are used as they are; the others get
+their family's adapter, or stay as they are where none fits (docs/integrations.md, "Sub-env
+state snapshots for other vector envs").
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""Hooks into a training run, for Python users: the habit Stable-Baselines3's callbacks set.
+"""Hooks into a training run, for Python users: the habit Stable-Baselines3's callbacks set
+(docs/trainer.md, "Evaluation during training, targets and callbacks").
 
-Subclass `Callback`, override the hooks you need, and pass instances to
-`GRPOTrainer.train(callbacks=[...])`. Every hook gets the `RunState`: where the run is
-(`state.update`, `state.env_steps`, `state.best`), what it trains (`state.config`,
-`state.policy`), and `state.request_stop(why)`, which ends the run cleanly, with a final
-checkpoint, after the next update (in a distributed run every rank stops after that same
-update). The loop itself stays out of reach, so a callback cannot come to depend on it.
-
-Hooks run on every rank, after the update's metrics reached the host: they cost no device
-sync of their own unless they read the device themselves.
+Every hook gets the `RunState`, never the loop, so a callback cannot come to depend on it.
+Hooks run on every rank after the update's metrics reached the host: they cost no device
+sync of their own unless they read the device themselves. The run's `Target` is here too:
+the evaluation score it aims for, from `--target NAME=VALUE` or the env's declared goals.
 """
 
 from __future__ import annotations
@@ -18,10 +14,43 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grpo_trainer.base.config import GRPOConfig, parse_target
+
 if TYPE_CHECKING:
     from grpo_trainer.algorithm.policy import Policy
-    from grpo_trainer.base.config import GRPOConfig
-    from grpo_trainer.run.target import Target
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """An evaluation score to reach: `return` or one of the env's declared ratios."""
+
+    name: str
+    value: float
+    stops: bool  # --target ends the run; an env's declared goal is only recorded
+
+    @property
+    def metric(self) -> str:
+        return "eval_return_mean" if self.name == "return" else f"eval_{self.name}"
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value:g}"
+
+
+def resolve_target(
+    text: str | None, ratios: dict[str, Any], goals: dict[str, float]
+) -> Target | None:
+    """`--target`, else the env's first declared goal, checked against what the env reports."""
+    if text is not None:
+        name, value = parse_target(text)
+        if name != "return" and name not in ratios:
+            known = ", ".join(["return", *ratios])
+            raise ValueError(f"target {text!r}: the env reports no {name!r}; choose from {known}")
+        return Target(name, value, stops=True)
+    known = {k: v for k, v in goals.items() if k == "return" or k in ratios}
+    if not known:
+        return None
+    name, value = next(iter(known.items()))
+    return Target(name, float(value), stops=False)
 
 
 @dataclasses.dataclass

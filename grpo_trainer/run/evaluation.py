@@ -1,4 +1,5 @@
-"""Evaluation: play whole episodes with a trained policy and average what the env reports."""
+"""Playing a trained policy: evaluation (whole episodes, averaged as the env reports them) and
+recording one greedy episode as rgb frames (GIF/MP4) or ansi text."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from grpo_trainer.algorithm.policy import Policy, build_policy
@@ -16,7 +18,7 @@ from grpo_trainer.base.config import GRPOConfig
 from grpo_trainer.base.metrics import to_host
 from grpo_trainer.envs import make_envs
 from grpo_trainer.envs.env_io import EnvIO
-from grpo_trainer.envs.episodes import EpisodeRunner, play_until_ended, summarise
+from grpo_trainer.envs.episodes import EpisodeRunner, RunnerStep, play_until_ended, summarise
 
 EVAL_HORIZON = 10_000  # steps an evaluation episode may last when the env declares no limit
 EVAL_SEED = 12345  # the seed evaluations play by default
@@ -67,12 +69,8 @@ def evaluate(
 ) -> dict[str, float]:
     """Mean/std return and length over `episodes`, every numeric `info["episode"]` field, and
     the ratios the env declares in `metadata["episode_ratios"]` (Fruit Catcher: `catch_rate`).
-
-    Each sub-env plays one episode per round with its own seed; rounds repeat until enough
-    episodes are done. Greedy takes the most likely action; otherwise actions are sampled.
-    `sum_over_ranks` adds up the episode sums of data-parallel ranks (each played its own
-    episodes), so that every rank gets the same figures.
-    """
+    Each sub-env plays one episode per round, with its own seed. `sum_over_ranks` adds up
+    the sums of data-parallel ranks, each of which played its own episodes."""
     device = next(policy.parameters()).device
     env = EnvIO(envs, device)
     horizon = max_episode_steps or env.max_episode_steps() or EVAL_HORIZON
@@ -98,3 +96,59 @@ def evaluate(
         sums = sum_over_ranks(sums)
     out = to_host({**summarise(sums, env.episode_ratios), "episodes": sums["episodes"]})
     return {k: v for k, v in out.items() if not math.isnan(v)}
+
+
+# -- recording -----------------------------------------------------------------------------------
+
+
+def _first_frame(frames: Any) -> Any:
+    """Vector envs render one frame per sub-env; we record sub-env 0."""
+    if isinstance(frames, (list, tuple)):
+        return frames[0]
+    if isinstance(frames, np.ndarray) and frames.ndim == 4:
+        return frames[0]
+    return frames
+
+
+@torch.inference_mode()
+def play_episode(policy: Policy, envs: gym.vector.VectorEnv, *, steps: int, seed: int) -> list[Any]:
+    """Frames of sub-env 0 playing greedily until its episode ends (at most `steps`)."""
+    device = next(policy.parameters()).device
+    env = EnvIO(envs, device)
+    obs = env.reset_groups([seed] * env.num_envs, 1)
+    frames = [_first_frame(envs.render())]
+
+    def act(_: int, obs: torch.Tensor) -> torch.Tensor:
+        return policy.act(obs)
+
+    def record(_: int, step: RunnerStep) -> None:
+        if step.alive[0]:  # the frame after sub-env 0's last step is its next game's
+            frames.append(_first_frame(envs.render()))
+
+    def first_ended(runner: EpisodeRunner) -> bool:
+        return not bool(runner.alive[0])
+
+    play_until_ended(EpisodeRunner(env), obs, act, steps, on_step=record, stop=first_ended)
+    return frames
+
+
+def write_animation(frames: list[np.ndarray], path: Path, fps: int = 10) -> None:
+    """GIF through Pillow; other formats (e.g. .mp4) through imageio when installed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() == ".gif":
+        try:
+            from PIL import Image
+        except ImportError:
+            raise ValueError(
+                "writing a GIF needs Pillow: pip install 'fruit-grpo[video]'"
+            ) from None
+        images = [Image.fromarray(np.asarray(f, dtype=np.uint8)) for f in frames]
+        images[0].save(
+            path, save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0
+        )
+        return
+    try:
+        import imageio.v2 as imageio
+    except ImportError:
+        raise ValueError(f"writing {path.suffix} needs imageio: pip install imageio") from None
+    imageio.mimsave(path, [np.asarray(f) for f in frames], fps=fps)

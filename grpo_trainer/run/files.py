@@ -57,13 +57,9 @@ class RunFiles(Callback):
             keep_rows_up_to(self.run_dir / "metrics.jsonl", state.update)
         self.writer = MetricsWriter(self.run_dir, self.tensorboard and self.run_dir is not None)
 
-    def write(self, metrics: dict[str, float]) -> None:
-        """The update's row, to metrics.jsonl (and TensorBoard) in the background."""
-        assert self.writer is not None
-        self.writer.write(metrics)
-
     def on_update(self, state: RunState, metrics: dict[str, float]) -> None:
-        self.write(metrics)  # before any checkpoint of this update
+        assert self.writer is not None
+        self.writer.write(metrics)  # before any checkpoint of this update
         clean = not metrics["skipped_steps"]
         best = state.best
         if "eval_score" in metrics:

@@ -1,15 +1,11 @@
 """The run: a loop around `GRPO.update_and_agree_on_stop`, with every service a callback.
 
-`Harness.run` updates until the env-step budget is spent. After each update every callback's
-`on_update` sees the update's metrics, in this order: evaluation during training
-(`periodic_eval.Evaluation`, which adds its `eval_*` metrics and may end the run at a
-target), the run's files (`files.RunFiles`: metrics.jsonl, periodic checkpoints, best.pt),
-the progress line (`progress.ConsoleProgress`), W&B (`--wandb`, rank 0) and the user's callbacks.
-They all see one `RunState`, never the loop. SIGINT/SIGTERM and `RunState.request_stop`
-finish the current update, write a checkpoint and return; a second signal aborts at once. In
-a distributed run every rank stops after the same update (a stop request rides the next
-update's metrics reduction; a reached target is seen alike by every rank). Only rank 0 writes
-files and prints.
+`Harness.run` updates until the env-step budget is spent; after each update every callback's
+`on_update` sees its metrics, in this order: evaluation during training (which may end the
+run at a target), the run's files, the progress line, W&B (rank 0) and the user's callbacks.
+SIGINT/SIGTERM and `RunState.request_stop` finish the current update, write a checkpoint and
+return (a second signal aborts at once); in a distributed run the request rides the next
+update's metrics reduction, so every rank stops after the same update.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
-"""Evaluation during training: the score that picks `best.pt` and decides the target.
+"""Evaluation during training: the score that picks `best.pt` and decides the target
+(docs/trainer.md, "Evaluation during training, targets and callbacks").
 
-Every `eval_every` env steps the current policy plays `eval_episodes` whole episodes with
-greedy actions on envs of its own, so training's episodes in play are untouched. The
-training return is a poor guide for these decisions: it mixes episodes played by several
-policies and exploration noise. The score is the env's first declared ratio (Fruit Catcher:
-`catch_rate`), else the mean return.
-
-A target comes from `--target NAME=VALUE` (the run stops when an evaluation reaches it) or,
-without one, from the env's `metadata["episode_goals"]` (only recorded). In a distributed
-run each rank plays its share of the episodes and the sums are added over ranks, so every
-rank sees the same score and takes the same decision without another agreement.
+The policy plays greedy episodes on envs of its own, so training's episodes in play are
+untouched; the training return would be a poor guide, mixing episodes of several policies
+and exploration noise. Each rank plays its share and the sums are added over ranks, so
+every rank takes the same decision without another agreement.
 """
 
 from __future__ import annotations
@@ -23,9 +18,8 @@ import gymnasium as gym
 
 from grpo_trainer.base.metrics import cross_rank
 from grpo_trainer.envs import make_envs
-from grpo_trainer.run.callbacks import Callback, RunState
+from grpo_trainer.run.callbacks import Callback, RunState, resolve_target
 from grpo_trainer.run.evaluation import EVAL_SEED, MAX_EVAL_ENVS, evaluate
-from grpo_trainer.run.target import resolve_target
 
 if TYPE_CHECKING:
     from grpo_trainer.algorithm.grpo import GRPO
@@ -60,13 +54,9 @@ class Evaluation(Callback):
         self._own_envs = envs is None
         self._next = (trainer.env_steps // self.every + 1) * self.every if self.every else 0
 
-    @property
-    def enabled(self) -> bool:
-        return self.every > 0
-
     def due(self) -> bool:
         """Whether training has passed the next multiple of `eval_every` env steps."""
-        return self.enabled and self.trainer.env_steps >= self._next
+        return self.every > 0 and self.trainer.env_steps >= self._next
 
     def run(self, elapsed_s: float) -> dict[str, float]:
         """Evaluate now: the `eval_*` metrics, `eval_score`, timings and, when first reached,

@@ -6,58 +6,26 @@ Which metrics show, and how, is declared once in `metrics.METRICS` (`live`, `sum
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from grpo_trainer.base.metrics import live_line, spec
-from grpo_trainer.run.callbacks import Callback, RunState
-
-if TYPE_CHECKING:
-    from grpo_trainer.run.target import Target
-
+from grpo_trainer.base.metrics import declared, live_line
+from grpo_trainer.run.callbacks import Callback, RunState, Target
 
 REACHED = ("target_reached_s", "target_reached_env_steps")  # set by the first evaluation there
 
 
 class ConsoleProgress(Callback):
-    """The console as a service of the run: the live line while it trains, then the summary
-    and whether the target was reached (rank 0, with `progress` on)."""
+    """The console as a service of the run: a progress bar over env steps with the live line
+    while it trains, then the summary and whether the target was reached (rank 0, with
+    `progress` on; silent otherwise)."""
 
     def __init__(self, total_steps: int, enabled: bool, ratios: Mapping[str, Any]) -> None:
-        self.display = ProgressDisplay(total_steps, enabled, ratios)
+        self.enabled, self.ratios = enabled, dict(ratios)
         self.latest: dict[str, float] = {}  # each metric's latest value: the live line
-
-    def on_train_start(self, state: RunState) -> None:
-        self.display.__enter__()
-        self.display.advance(state.env_steps, {})
-
-    def on_update(self, state: RunState, metrics: dict[str, float]) -> None:
-        self.latest.update(metrics)
-        self.display.advance(state.env_steps, self.latest)
-
-    def on_train_end(self, state: RunState, metrics: dict[str, float]) -> None:
-        self.display.__exit__(None, None, None)
-        self.display.summary(metrics)
-        self.display.target_line(state.target, metrics)
-
-    def on_train_error(self, state: RunState, error: BaseException) -> None:
-        self.display.__exit__(type(error), error, error.__traceback__)
-
-
-class ProgressDisplay:
-    """A progress bar over env steps; silent when disabled."""
-
-    def __init__(
-        self,
-        total_steps: int,
-        enabled: bool = True,
-        ratios: Mapping[str, Any] | None = None,
-    ) -> None:
-        self.enabled, self.ratios = enabled, dict(ratios or {})
         self.console = Console(stderr=True)
         self._progress = Progress(
             TextColumn("[bold]GRPO"),
@@ -70,20 +38,24 @@ class ProgressDisplay:
         )
         self._task = self._progress.add_task("train", total=total_steps, live="")
 
-    def __enter__(self) -> ProgressDisplay:
+    def on_train_start(self, state: RunState) -> None:
         self._progress.__enter__()
-        return self
+        self._advance(state.env_steps)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._progress.__exit__(exc_type, exc, tb)
+    def on_update(self, state: RunState, metrics: dict[str, float]) -> None:
+        self.latest.update(metrics)
+        self._advance(state.env_steps)
 
-    def advance(self, env_steps: int, metrics: Mapping[str, float]) -> None:
-        live = live_line(metrics, self.ratios)
+    def on_train_end(self, state: RunState, metrics: dict[str, float]) -> None:
+        self._progress.__exit__(None, None, None)
+        self.summary(metrics)
+        self.target_line(state.target, metrics)
+
+    def on_train_error(self, state: RunState, error: BaseException) -> None:
+        self._progress.__exit__(type(error), error, error.__traceback__)
+
+    def _advance(self, env_steps: int) -> None:
+        live = live_line(self.latest, self.ratios)
         self._progress.update(self._task, completed=env_steps, live=live)
 
     def summary(self, metrics: Mapping[str, float]) -> None:
@@ -92,13 +64,9 @@ class ProgressDisplay:
         table = Table(title="GRPO run summary")
         table.add_column("metric")
         table.add_column("value", justify="right")
-        for name, value in metrics.items():
-            try:
-                declared = spec(name, self.ratios)
-            except KeyError:
-                continue
-            if declared.summary:
-                table.add_row(name, declared.fmt.format(value))
+        for name, value, metric in declared(metrics, self.ratios):
+            if metric.summary:
+                table.add_row(name, metric.fmt.format(value))
         self.console.print(table)
 
     def target_line(self, target: Target | None, latest: Mapping[str, float]) -> None:

@@ -1,19 +1,7 @@
-"""Weights & Biases logging: `WandbCallback`, which `--wandb` (`RunConfig.wandb`) adds.
-
-The run (`harness.Harness`) adds one on rank 0 only, so a distributed run is one W&B run. It
-logs the config (`wandb.init(config=...)`), every metric row at `step=env_steps` (an evaluation's
-`eval_*` figures ride the row of the update they followed), and at the end the learning curve
-(`learning_curve.png`, when matplotlib drew it) and a GIF of one greedy episode (when Pillow
-is installed and the env renders `rgb_array` frames; any failure there is a warning, never
-an error). The W&B run is finished at the end, or with exit code 1 when training raises.
-
-A resumed run (`--resume`) continues the W&B run its run directory logged to (its id is kept
-in `RUN_DIR/wandb_run_id`), so the curves go on where they stopped, as SB3 and CleanRL users
-expect of a resumed run.
-
-wandb is imported only when asked for; without it, `import_wandb` names the fix before
-anything runs. W&B's files go to `RUN_DIR/wandb/`; without a run directory, where W&B puts
-them by default (`$WANDB_DIR`, else `./wandb`).
+"""Weights & Biases logging: `WandbCallback`, which `--wandb` (`RunConfig.wandb`) adds on
+rank 0. What it logs, where, and how a resumed run continues its W&B run: docs/trainer.md,
+"Weights & Biases". wandb is imported only when asked for; without it, `import_wandb` names
+the fix before anything runs.
 """
 
 from __future__ import annotations
@@ -141,7 +129,7 @@ class WandbCallback(Callback):
         """One greedy episode as a GIF in the run directory (or the temporary folder), or
         None with a warning when the env cannot render or Pillow is missing."""
         from grpo_trainer.envs import make_envs
-        from grpo_trainer.run.recording import play_episode, write_animation
+        from grpo_trainer.run.evaluation import play_episode, write_animation
 
         policy = state.policy
         if state.run_dir:

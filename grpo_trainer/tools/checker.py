@@ -5,24 +5,9 @@ outputs), with a named result and concrete evidence for each rule.
     print(report)        # a table: check, status, evidence
     assert report.ok     # no check failed (warnings and skips do not fail)
 
-The checks (`CHECKS`, in this order), each a flat `check_*` function that tests one promise
-and returns its evidence, or raises `Verdict` with a warning, a failure or a skip:
-
-* `spaces`: `reset`/`step` outputs against the spaces: shapes, dtypes, bounds, one device
-  for every torch output; rewards `(num_envs,)`, `terminated`/`truncated` bool `(num_envs,)`.
-* `autoreset`: the semantics of `metadata["autoreset_mode"]` (NEXT_STEP when absent), seen
-  at the first episode end within `max_steps` random steps; for DISABLED, that
-  `reset(options={"reset_mask": m})` restarts exactly the masked sub-envs.
-* `info_masks`: every per-env info entry `k` has its bool `(num_envs,)` mask `_k`.
-* `determinism`: `reset(seed=[...])` and `reset(seed=int)` twice with the same actions give
-  the same trajectories.
-* `num_envs_invariance`: with `metadata["num_envs_invariant"]` and a `make_env`, sub-env `i`
-  plays the same game in a vector env of another size.
-* `state_snapshots`: where the env offers `snapshot_state` / `restore_state` (docs/env.md), a
-  restored sub-env continues exactly as its source did, episode ends and restarts included,
-  whatever its neighbours do, and a restore touches no other sub-env.
-* `host_syncs`: torch envs only: aten calls that read device data on the host per `step`.
-* `invalid_actions`: out-of-range and wrong-shape actions raise a clear error.
+The checks (`CHECKS`, in this order; docs/integrations.md describes each) are flat `check_*`
+functions, each testing one promise and returning its evidence, or raising `Verdict` with a
+warning, a failure or a skip.
 
 The checker steps the env it is given (and resets it at the end) but closes nothing it did not
 create; the global torch, numpy and `random` RNG states are restored when it returns. It lives
@@ -90,10 +75,6 @@ class CheckReport:
     @property
     def failed(self) -> list[Check]:
         return [c for c in self.checks if c.status == "fail"]
-
-    @property
-    def warned(self) -> list[Check]:
-        return [c for c in self.checks if c.status == "warn"]
 
     def __getitem__(self, name: str) -> Check:
         for check in self.checks:
@@ -192,8 +173,7 @@ class EnvPlayer:
         self.n = int(env.num_envs)
         self.single_action = getattr(env, "single_action_space", None) or env.action_space
         self.single_obs = getattr(env, "single_observation_space", None)
-        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-        self.mode = AutoresetMode(mode) if not isinstance(mode, AutoresetMode) else mode
+        self.mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         self.action_dtype: Any = None  # a dtype that `step` accepts, when not the space's
         self.action_note = ""
         self.device: torch.device | None = None
@@ -603,11 +583,8 @@ class _SnapshotPlan(NamedTuple):
 
 def check_state_snapshots(play: EnvPlayer) -> str:
     """The sub-env state protocol of docs/env.md, where offered: a trainer copies games
-    between sub-envs with it and trusts a copy to play on exactly as its source would.
-
-    Sub-envs i and j swap games by snapshots, then i is rewound to its own older snapshot,
-    while their neighbours play other actions; each copy must replay its source's steps
-    (episode ends and restarts included), and no neighbour may notice."""
+    between sub-envs with it and trusts a copy to play on exactly as its source would (the
+    swap, rewind and comparisons: docs/integrations.md)."""
     names = ("snapshot_state", "restore_state")
     missing = [name for name in names if not callable(getattr(play.env, name, None))]
     if missing:

@@ -19,8 +19,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
+from grpo_trainer.base import checkpoint
+from grpo_trainer.base.accel import resolve_device
 from grpo_trainer.base.config import GRPOConfig, RunConfig, field_type, without_derived
-from grpo_trainer.run.evaluation import EVAL_SEED, MAX_EVAL_ENVS
+from grpo_trainer.envs import make_envs
+from grpo_trainer.run.evaluation import (
+    EVAL_SEED,
+    MAX_EVAL_ENVS,
+    evaluate,
+    load_policy,
+    play_episode,
+    write_animation,
+)
 
 log = logging.getLogger("grpo_trainer")
 
@@ -229,8 +239,6 @@ def _continuing(config: GRPOConfig) -> GRPOConfig:
     """A resumed run keeps the batch, learning rate and window it derived, unless they are
     set again: a new budget extends the run, it does not reshape it. (A checkpoint that
     cannot be read is left for the trainer to refuse, naming why.)"""
-    from grpo_trainer.base import checkpoint
-
     try:
         with warnings.catch_warnings():  # the trainer warns about skipped files itself
             warnings.simplefilter("ignore")
@@ -247,8 +255,6 @@ def _train(args: argparse.Namespace) -> int:
     import torch
 
     from grpo_trainer.base import distributed
-    from grpo_trainer.base.accel import resolve_device
-    from grpo_trainer.envs import make_envs
     from grpo_trainer.run.harness import Harness
     from grpo_trainer.run.trainer import GRPOTrainer
 
@@ -311,20 +317,18 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval(args: argparse.Namespace) -> int:
-    from grpo_trainer.base import checkpoint
-    from grpo_trainer.base.accel import resolve_device
-    from grpo_trainer.base.config import GRPOConfig
-    from grpo_trainer.envs import make_envs
-    from grpo_trainer.run.evaluation import evaluate, load_policy
-
-    if args.episodes < 1:
-        raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
+def _checkpoint_policy(args: argparse.Namespace, num_envs: int, **env_kwargs: Any) -> Any:
+    """`--checkpoint`'s policy on `--device`, and `num_envs` envs of its config's env."""
     device = resolve_device(args.device)
     config = GRPOConfig.from_dict(checkpoint.load(args.checkpoint)["config"])
-    num_envs = args.num_envs or min(args.episodes, MAX_EVAL_ENVS)
-    envs = make_envs(config, num_envs, device)
-    policy, config, _ = load_policy(args.checkpoint, device, envs)
+    envs = make_envs(config, num_envs, device, **env_kwargs)
+    return load_policy(args.checkpoint, device, envs)[0], envs
+
+
+def _eval(args: argparse.Namespace) -> int:
+    if args.episodes < 1:
+        raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
+    policy, envs = _checkpoint_policy(args, args.num_envs or min(args.episodes, MAX_EVAL_ENVS))
     result = evaluate(policy, envs, args.episodes, greedy=not args.sampled, seed=args.seed)
     result["greedy"] = float(not args.sampled)
     if args.json:
@@ -336,25 +340,12 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _play(args: argparse.Namespace) -> int:
-    from grpo_trainer.base import checkpoint
-    from grpo_trainer.base.accel import resolve_device
-    from grpo_trainer.base.config import GRPOConfig
-    from grpo_trainer.envs import make_envs
-    from grpo_trainer.run.evaluation import load_policy
-    from grpo_trainer.run.recording import play_episode
-
-    device = resolve_device(args.device)
-    config = GRPOConfig.from_dict(checkpoint.load(args.checkpoint)["config"])
-    mode = "ansi" if args.ansi else "rgb_array"
-    envs = make_envs(config, 1, device, render_mode=mode)
-    policy, config, _ = load_policy(args.checkpoint, device, envs)
+    policy, envs = _checkpoint_policy(args, 1, render_mode="ansi" if args.ansi else "rgb_array")
     frames = play_episode(policy, envs, steps=args.steps, seed=args.seed)
     if args.ansi:
         for frame in frames:
             print(frame, end="\n\n")
         return 0
-    from grpo_trainer.run.recording import write_animation
-
     write_animation(frames, args.out, fps=args.fps)
     print(f"wrote {len(frames)} frames to {args.out}")
     return 0
@@ -363,8 +354,6 @@ def _play(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     """The conformance checks on the env `train` would build (`make_envs`), at two sizes for
     the num_envs invariance check; 0 when no check failed, 1 when one did."""
-    from grpo_trainer.base.accel import resolve_device
-    from grpo_trainer.envs import make_envs
     from grpo_trainer.tools.checker import check_vector_env
 
     for flag in ("num_envs", "steps", "max_steps"):
@@ -427,10 +416,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.exit(130, "grpo sweep: interrupted; the same command continues the sweep\n")
         parser.exit(130, f"grpo {name}: interrupted; nothing saved since the last checkpoint\n")
     except Exception as err:
-        from grpo_trainer.base.checkpoint import CheckpointError
         from grpo_trainer.run.harness import TrainingStopped
 
-        if isinstance(err, CheckpointError):  # an unusable --resume / --checkpoint: bad input
+        if isinstance(err, checkpoint.CheckpointError):  # a bad --resume or --checkpoint
             flag = "--resume" if name == "train" else "--checkpoint"
             parser.exit(2, f"grpo {name}: error: argument {flag}: {err}\n")
         if isinstance(err, TrainingStopped):

@@ -1,18 +1,14 @@
 """A sweep's search space: which config fields vary, and over what (`sweep --space FILE`).
 
-The file is a JSON object from field name to its range. `GRPOConfig` fields go by their name
-(`lr`), `RunConfig` fields by `run.NAME` (or their bare name: the two never share one):
+A JSON object from field name to its range (docs/trainer.md, "Sweeps with Optuna"):
 
     {"lr":           {"low": 0.003, "high": 0.03, "log": true},
-     "group_size":   {"low": 4, "high": 16, "step": 4},
      "epochs":       {"choices": [4, 8]},
      "hidden_sizes": {"choices": [[64, 64], [128, 128]]}}
 
-A range (`low`, `high`, optional `step` or `log`) suits int and float fields: an int field
-draws ints, a float field floats, `log` draws evenly in log space (`low` > 0). `choices`
-suits any field but a dict; each choice must be a value the field accepts. Anything else
-raises `ValueError` naming the field. No Optuna here: `Param.suggest` takes any object with
-Optuna's `suggest_int`, `suggest_float` and `suggest_categorical`.
+Each entry is checked against the field's type before any trial runs, and a bad one raises
+`ValueError` naming the field. No Optuna here: `Param.suggest` takes any object with Optuna's
+`suggest_int`, `suggest_float` and `suggest_categorical`.
 """
 
 from __future__ import annotations
@@ -61,12 +57,8 @@ class Param:
 def load_space(path: str | Path) -> list[Param]:
     """Read and check a space file; a bad one raises `ValueError` naming the file and field."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: {err}") from None
-    try:
-        return parse_space(data)
-    except ValueError as err:
+        return parse_space(json.loads(Path(path).read_text()))
+    except (OSError, ValueError) as err:  # ValueError: bad JSON too
         raise ValueError(f"{path}: {err}") from None
 
 

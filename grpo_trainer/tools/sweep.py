@@ -1,31 +1,9 @@
 """Hyper-parameter sweeps with Optuna: `python -m grpo_trainer sweep --space SPACE.json`.
 
 Each trial draws values for the space's fields (`search_space.py`), sets them on the base
-config and trains in this process into `SWEEP_DIR/trial_NNNN/` (a normal run directory).
-Every evaluation during training is reported to Optuna at its env step; a trial the pruner
-stops ends after its next update, with a checkpoint, and counts as PRUNED.
-
-Objectives:
-
-* `eval_score` (default; maximised): the trial's best evaluation score (`eval_score`, the
-  score its `best.pt` was kept at). Each evaluation reports its score to the pruner.
-* `time_to_target` (minimised): wall seconds from the trial's start to its first evaluation
-  at the target (`target_reached_s`), compilation and evaluations included. The target is
-  the base config's `run.target`, else the env's declared goal (FruitCatcher-v0:
-  catch_rate 0.70); a trial ends once it is reached. A trial that never reaches it scores
-  `inf` (`NOT_REACHED`): every trial that reached the target ranks above every one that did
-  not, whatever their budgets; among those that did not, the best evaluation score decides
-  which config `best_config.json` holds (Optuna's sampler sees only the `inf`s, so while no
-  trial reaches the target it learns nothing from them: start with `eval_score` when the
-  target is far). Each evaluation reports the gap to the target (target minus
-  the evaluation's figure) to the pruner.
-
-The study lives in `SWEEP_DIR/study.db` (SQLite): running the same command again continues
-it, counting its finished (complete and pruned) trials toward `--trials`; a trial that a
-crash or Ctrl-C left unfinished is marked failed and replaced. A lock file keeps a second
-process out of a sweep directory in use. After every trial `results.csv` (one row per
-trial) and `best_config.json` (the best trial's full config, for `train --config`) are
-rewritten.
+config and trains in this process into `SWEEP_DIR/trial_NNNN/`, reporting every evaluation
+to Optuna's pruner. The objectives, the resumable study and its outputs: docs/trainer.md,
+"Sweeps with Optuna".
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Rollouts: play the policy in every sub-env and store what the update needs, on the device.
 
-Two modes, one protocol (`RolloutMode`), chosen once from the config by `make_rollout`:
-
-* `WindowedRollout` (the default): every update plays `rollout_steps` steps in every sub-env,
-  and episodes run on across updates; the last `window - 1` rows wait for the next update as
-  the look-ahead of their returns. Groups whose members have all ended start again together.
-* `EpisodeRollout`: every member plays one whole episode per update from a group reset.
-
-The trainer calls the protocol and nothing else, so it never asks which mode it runs. No
-step of a collect waits on the device.
+Two modes, `WindowedRollout` (the default) and `EpisodeRollout`, behind one protocol
+(`RolloutMode`), chosen once from the config by `make_rollout`: the trainer calls the
+protocol and nothing else, so it never asks which mode it runs. No step of a collect waits
+on the device.
 """
 
 from __future__ import annotations
@@ -28,14 +23,13 @@ from grpo_trainer.algorithm.rollout.buffer import (
     SampleFn,
     storage_dtype,
 )
+from grpo_trainer.algorithm.rollout.modes import EpisodeRollout, WindowedRollout
 from grpo_trainer.algorithm.rollout.restarts import (
     GroupRestarts,
     GroupSeeds,
     IndependentRestarts,
     RestartPolicy,
 )
-from grpo_trainer.algorithm.rollout.whole_episodes import EpisodeRollout
-from grpo_trainer.algorithm.rollout.windowed import WindowedRollout
 from grpo_trainer.base.config import GRPOConfig
 from grpo_trainer.envs.env_io import EnvIO
 

@@ -1,11 +1,8 @@
-"""Rollout storage: what the update needs of every env step, on the device, allocated once;
-what fills it (`ExplorationNoise`, `Recorder`), and what leaves it: the `Rollout` an update
-trains on and the `RolloutCheckpoint` a resume continues from.
-
-Per env-step: the observation (in the compact dtype the policy reads), the action (uint8 for up
-to 256 choices), the rollout policy's log-prob, the reward, and two flags: `valid` (the step
-belongs to an episode that counts) and `cut` (its episode, or the member's path, ends there:
-returns stop at it).
+"""Rollout storage: what the update needs of every env step, on the device, allocated once
+(docs/trainer.md, "Storage and speed"); what fills it (`ExplorationNoise`, `Recorder`), and
+what leaves it: the `Rollout` an update trains on and the `RolloutCheckpoint` a resume
+continues from. `valid`: the step belongs to an episode that counts; `cut`: its episode, or
+the member's path, ends there, so returns stop at it.
 """
 
 from __future__ import annotations
@@ -27,13 +24,9 @@ ROLLOUT_FIELDS = ("rollout", "rollout_steps", "window", "num_groups", "group_siz
 
 
 def storage_dtype(space: gym.Space, choice: str) -> torch.dtype:
-    """How rollouts store observations; the policy reads them in this dtype, always.
-
-    "auto" keeps integer observations (images) as they are, stores float observations with
-    finite bounds within float16 range as float16, and anything else as float32. Because
-    the policy sees the stored value in the rollout and in the update alike, nothing it
-    used is lost.
-    """
+    """How rollouts store observations ("auto": integers as they are, floats bounded within
+    float16's range as float16, else float32). The policy reads them in this dtype, in the
+    rollout and in the update alike, so nothing it used is lost."""
     explicit = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
     if choice in explicit:
         return explicit[choice]
@@ -134,12 +127,9 @@ def rollout_view(buffer: RolloutBuffer, runner: EpisodeRunner, rows: int, window
 
 
 class ExplorationNoise:
-    """The noise each sub-env samples its actions with, step after step. The head decides
-    how one step's noise follows the last (`ActionHead.correlate`): for Gaussian heads an
-    AR(1) process with `correlation` ρ, so exploration pushes one way for about 1 / (1 − ρ)
-    steps, as colored-noise exploration does (Eberhard et al., 2023; Hollenstein et al.,
-    2024); for categorical heads independent draws. Each step's marginal is the head's own,
-    so the stored log-probs are exact."""
+    """The noise each sub-env samples its actions with, step after step, each step's following
+    the last as the head decides (`ActionHead.correlate`: colored-noise exploration, Eberhard
+    et al., 2023). Each step's marginal is the head's own, so the stored log-probs are exact."""
 
     def __init__(self, head: ActionHead, num_envs: int, correlation: float) -> None:
         self.head, self.num_envs, self.correlation = head, num_envs, correlation

@@ -54,20 +54,10 @@ class RestartPolicy:
 
 class GroupRestarts(RestartPolicy):
     """Groups start together: every `every` steps, each group whose members have all ended
-    starts a new game, the same for all its members (a fresh seed shared by the group).
-
-    With `branch_ended` (envs with state snapshots), a member whose episode ended while
-    others of its group play on does not wait for them: at the next check it takes the state
-    of one of them (chosen at random), and the two compare their continuations from that
-    shared state. No env step is spent on a member that waits, and every such branch adds a
-    comparison between identical situations; the member's own path had ended, so no return
-    is cut short.
-
-    With `branch_every`, a group that has played that many steps since it (re)started
-    branches: all its members take the state one of them (chosen at random among those
-    still playing) has reached, and compare their continuations from there. The rows before
-    a branch are cut, so no member's return reaches into a path that is not its own.
-    """
+    starts a new game, the same for all its members. With state snapshots, a member that
+    ended takes the state of one still playing (`branch_ended`), and a group branches from
+    one member's state every `branch_every` steps, its rows before the branch cut
+    (docs/trainer.md, "Groups that stay in step")."""
 
     def __init__(
         self,
@@ -122,7 +112,7 @@ class GroupRestarts(RestartPolicy):
             buffer.cut[row] |= due  # the group's paths end here; their returns stop
             self.steps_since_branch.masked_fill_(due | fresh, 0.0)
         seeds = self._group_seeds  # only the seeded strategy calls it (host-side)
-        obs = self.env.restart(obs, fresh, source, lambda: _per_member(seeds(), k))
+        obs = self.env.restart(obs, fresh, source, lambda: [s for s in seeds() for _ in range(k)])
         runner.branch_from(source, fresh)
         return obs
 
@@ -173,7 +163,3 @@ class IndependentRestarts(RestartPolicy):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.resetting = state["resetting"].to(self.resetting.device)
-
-
-def _per_member(group_seeds: list[int], group_size: int) -> list[int]:
-    return [s for s in group_seeds for _ in range(group_size)]

@@ -1,6 +1,8 @@
-"""The default rollout: `rollout_steps` new steps per sub-env per update, episodes running on
-across updates; a step's return looks `window` steps ahead, so the last `window - 1` rows of a
-rollout wait, stored, for the next one."""
+"""The two rollout modes. `WindowedRollout`, the default: `rollout_steps` new steps per sub-env
+per update, episodes running on across updates; a step's return looks `window` steps ahead, so
+the last `window - 1` rows of a rollout wait, stored, for the next one. `EpisodeRollout`
+(`rollout="episodes"`): every member plays one episode per update, from a fresh group reset,
+for at most `horizon` steps; the horizon follows the episodes."""
 
 from __future__ import annotations
 
@@ -19,11 +21,13 @@ from grpo_trainer.algorithm.rollout.buffer import (
     SampleFn,
     rollout_view,
 )
-from grpo_trainer.algorithm.rollout.restarts import RestartPolicy
+from grpo_trainer.algorithm.rollout.restarts import GroupSeeds, RestartPolicy
 from grpo_trainer.base.checkpoint import CheckpointError
 from grpo_trainer.envs.env_io import EnvIO
-from grpo_trainer.envs.episodes import EpisodeRunner
+from grpo_trainer.envs.episodes import EpisodeRunner, play_until_ended
 
+MIN_HORIZON = 16  # the shortest adapted horizon, and its rounding step
+HORIZON_SLACK = (1.25, 8)  # next horizon = longest episode * 1.25 + 8
 # The entries of `WindowedRollout.state_dict()` (its checkpoint's key names are the file
 # format's: "own" holds `EpisodeRunner.from_start`).
 STATE_KEYS = frozenset(
@@ -136,3 +140,54 @@ class WindowedRollout:
         for name, t in self.buffer.tensors.items():
             t[self.buffer.trained_rows :] = state["carry"][name].to(device)
         self.restarts.load_state_dict(state["restarts"])
+
+
+class EpisodeRollout:
+    """Every member plays one episode, at most `horizon` steps, from a fresh group reset."""
+
+    def __init__(
+        self,
+        env: EnvIO,
+        buffer: RolloutBuffer,
+        head: ActionHead,
+        group_size: int,
+        noise: ExplorationNoise,
+        seeds: GroupSeeds,
+    ) -> None:
+        self.env, self.buffer, self.head, self.group_size = env, buffer, head, group_size
+        self.runner = EpisodeRunner(env)
+        self.noise, self.seeds = noise, seeds
+        self.max_horizon = self.horizon = buffer.rows  # steps the next collect may play
+        self.steps_played = 0  # steps each sub-env played in the last collect (the ended idle)
+        self.collects = 0  # numbers the groups' seed draws: one per update
+
+    @torch.inference_mode()
+    def collect(self, sample: SampleFn, generator: torch.Generator) -> Rollout:
+        recorder = Recorder(self.buffer, self.head, sample, generator, self.noise)
+        self.runner.stats.reset()
+        obs = self.env.reset_groups(self.seeds(self.collects), self.group_size)
+        self.collects += 1
+        play_until_ended(self.runner, obs, recorder.act, self.horizon, on_step=recorder.record)
+        self.steps_played = self.horizon
+        return rollout_view(self.buffer, self.runner, self.horizon, self.horizon)
+
+    def after_update(self, metrics: dict[str, float]) -> None:
+        """Record the horizon played; shorten the next when every episode ended early, grow
+        it when some were cut."""
+        metrics["horizon"] = self.horizon
+        everyone = self.env.num_envs * self.seeds.world_size
+        if metrics.get("episodes", 0.0) / everyone < 1.0:
+            self.horizon = min(self.max_horizon, self.horizon * 2)
+            return
+        scale, slack = HORIZON_SLACK
+        longest = int(metrics.get("length_max", self.horizon))
+        rounded = -(-int(longest * scale + slack) // MIN_HORIZON) * MIN_HORIZON
+        self.horizon = min(self.max_horizon, max(MIN_HORIZON, rounded))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing beyond the horizon and the update count, which the checkpoint holds."""
+        return {}
+
+    def resume(self, saved: RolloutCheckpoint) -> None:
+        self.horizon = min(saved.horizon, self.max_horizon)
+        self.collects = saved.updates
