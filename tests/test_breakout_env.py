@@ -31,6 +31,7 @@ from fruit_env.games.minatar_breakout import (
     rules,
 )
 from fruit_env.games.minatar_breakout.game import BACKGROUND, COLOURS, SCALE
+from fruit_env.interop.wrappers import NumpyView
 from fruit_env.kit import TensorGame, rng
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
 from grpo_trainer.algorithm.policy import Policy, is_image_space
@@ -254,6 +255,18 @@ def test_snapshots_restore_a_game_and_its_randomness() -> None:
         obs, reward, terminated, truncated, _ = envs.step(action)
         assert torch.equal(obs[2], obs[0]) and reward[2] == reward[0]
         assert terminated[2] == terminated[0] and truncated[2] == truncated[0]
+
+
+def test_numpy_views_it_without_a_copy() -> None:
+    """The kit's interop works on any torch vector env: numpy arrays over its tensors."""
+    envs = breakout(3)
+    view = NumpyView(envs)
+    obs, _ = view.reset(seed=0)
+    assert isinstance(obs, np.ndarray) and obs.dtype == np.float32 and obs.shape == (3, 10, 10, 4)
+    obs, reward, *_, info = view.step(np.array([0, 1, 2]))
+    assert isinstance(reward, np.ndarray) and isinstance(info["_episode"], np.ndarray)
+    assert not obs.flags.owndata and not reward.flags.owndata  # views of the env's tensors
+    assert np.array_equal(obs, rules.observe(envs.game_state, torch.float32).numpy())
 
 
 @pytest.mark.parametrize("seed", [0, 1])  # one ball starts left, the other right
