@@ -1,12 +1,24 @@
-"""Env-only steps/s of MinAtar Breakout on one core: our torch rules against gymnax's.
+"""Env-only steps/s of MinAtar Breakout on one core: our torch env and rules against gymnax's.
 
     python benchmarks/breakout_throughput.py            # 256, 1024 and 4096 sub-envs
     python benchmarks/breakout_throughput.py --quick    # fewer rounds
     python benchmarks/breakout_throughput.py --sizes 256 --rounds 3 --no-compile
 
-Three variants, each stepping `N` games with random actions and restarting ended ones:
+The variants, each stepping `N` games with random actions and restarting ended ones:
 
-* `torch_eager`: `fruit_env.games.minatar_breakout` as written: `advance`, then a
+* `env`: the Gymnasium env a user gets, `gymnasium.make_vec("Breakout-MinAtar-v0",
+  num_envs=N)` with its defaults (NEXT_STEP autoreset, actions checked, the eager step on
+  the CPU), stepped by `envs.step(actions)`: the kit's shell around the rules, with its
+  seeding, action check, episode statistics and float32 observations.
+* `env_same_step`: the same env with `autoreset_mode="SAME_STEP"`, gymnax's own mode (an
+  ended game's last observation in `info["final_obs"]`, so two observations on such steps,
+  and a second draw for the restart).
+* `env_compiled`: the `env` with `compile=True`: the kit's compiled step (AOTInductor), loaded
+  from its cache or built first (`first_block_s` records the first block, a build included).
+* `env_kit_restart`: the `env` with the kit's default restart (`TensorGame.restart`: a new
+  game from `initial` where one ended, and a select per field) instead of the game's own,
+  which fills in the constants of a new game: what the game's restart buys.
+* `torch_eager`: `fruit_env.games.minatar_breakout.rules` as written: `advance`, then a
   `torch.where` over the state with `initial_state` for the games that ended (terminated or
   truncated), then `observe` (the restarted game's observation, as gymnax's step returns).
 * `torch_compiled`: the same, with `advance` and the restart through `torch.compile`
@@ -21,38 +33,57 @@ Three variants, each stepping `N` games with random actions and restarting ended
   block, one XLA program with no per-step dispatch.
 
 Randomness is drawn before timing, as banks of `(steps, N)` tensors: actions for all
-variants, 32 random bits per game and step for ours, a JAX key per game and step for gymnax.
-So each side times its step and nothing else. Torch runs one thread and XLA one core (its
-flags are set before jax is imported). The variants run in turns, one block each per round,
-the order rotating from round to round, so that a shared machine's load hits all alike;
-figures are medians over rounds after warm-up blocks, and the paired ratio is the median over
-rounds of the two blocks' ratio; both in wall time and in this process's CPU time (which a
-busy shared machine inflates less). The JSON (`benchmarks/results/breakout_throughput.json`)
-keeps every block, the machine and the versions.
+variants, 32 random bits per game and step for the rules' loops, a JAX key per game and step
+for gymnax (the `env` rows draw their own, as the env does). So each side times its step and
+nothing else. The process is pinned to one CPU (`--cpu`), torch runs one thread and XLA
+its one-thread flags (set before jax is imported). The variants run in turns, one block each
+per round, the order rotating from round to round, so that a shared machine's load hits all
+alike; figures are medians over rounds after warm-up blocks, and the paired ratio is the
+median over rounds of the two blocks' ratio; both in wall time and in this process's CPU
+time (which a busy shared machine inflates less). The JSON
+(`benchmarks/results/breakout_throughput.json`, or `--name`'s) keeps every block, the
+machine and the versions.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {THREAD_FLAGS}".strip()
 
+
+def pin_to_one_cpu(argv: list[str]) -> int | None:
+    """Pin the process to one CPU (`--cpu N`, else the first it may use) before torch or JAX
+    start threads: XLA's flags leave it helper threads that otherwise run on a second core
+    beside the timed one (its CPU time then exceeds its wall time)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    cpu = int(argv[argv.index("--cpu") + 1]) if "--cpu" in argv else min(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpu})
+    return cpu
+
+
+PINNED_CPU = pin_to_one_cpu(sys.argv)
+
 import argparse  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from importlib.metadata import version  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+import gymnasium as gym  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_info, write_result  # noqa: E402
 
-from fruit_env.games.minatar_breakout import (  # noqa: E402
+import fruit_env  # noqa: E402, F401  (registers Breakout-MinAtar-v0)
+from fruit_env.games.minatar_breakout import MinAtarBreakout  # noqa: E402
+from fruit_env.games.minatar_breakout.rules import (  # noqa: E402
     NUM_ACTIONS,
     BreakoutState,
     advance,
@@ -60,6 +91,7 @@ from fruit_env.games.minatar_breakout import (  # noqa: E402
     observe,
     truncated,
 )
+from fruit_env.kit import TensorGame, TensorVectorEnv  # noqa: E402
 
 StepOutput = tuple[BreakoutState, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 Transition = tuple[BreakoutState, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -102,6 +134,34 @@ class TorchLoop:
         for action, bits in zip(self.actions, self.bits, strict=True):
             state, *_ = self.step(state, action, bits)
         self.state = state
+
+
+class KitRestart(MinAtarBreakout):
+    """The game with the kit's default restart (a new game from `initial` where ended, a
+    select per field) instead of its own (constants filled in)."""
+
+    restart = TensorGame.restart
+
+
+class EnvLoop:
+    """`steps` calls of `envs.step` on `gymnasium.make_vec("Breakout-MinAtar-v0")` (or a
+    `TensorVectorEnv` of `game`) per block, with banked actions; the env autoresets ended
+    games itself."""
+
+    def __init__(
+        self, n: int, steps: int, seed: int, game: TensorGame[Any] | None = None, **kwargs: Any
+    ) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        self.actions = torch.randint(0, NUM_ACTIONS, (steps, n), generator=generator)
+        if game is None:
+            self.envs = gym.make_vec("Breakout-MinAtar-v0", num_envs=n, **kwargs)
+        else:
+            self.envs = TensorVectorEnv(game, n, **kwargs)
+        self.envs.reset(seed=seed)
+
+    def block(self) -> None:
+        for action in self.actions:
+            self.envs.step(action)
 
 
 class JaxLoop:
@@ -148,9 +208,18 @@ class JaxLoop:
 
 
 def time_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
-    loops: dict[str, Any] = {"torch_eager": TorchLoop(n, args.steps, stepper(transition), seed=n)}
-    compile_s = None
+    loops: dict[str, Any] = {
+        "torch_eager": TorchLoop(n, args.steps, stepper(transition), seed=n),
+        "env": EnvLoop(n, args.steps, seed=n),
+        "env_same_step": EnvLoop(n, args.steps, seed=n, autoreset_mode="SAME_STEP"),
+        "env_kit_restart": EnvLoop(n, args.steps, seed=n, game=KitRestart()),
+    }
+    compile_s = env_compile_s = None
     if args.compile:
+        start = time.perf_counter()
+        loops["env_compiled"] = EnvLoop(n, args.steps, seed=n, compile=True)
+        loops["env_compiled"].block()
+        env_compile_s = time.perf_counter() - start
         compiled = torch.compile(transition, fullgraph=True, dynamic=False)
         loop = TorchLoop(n, args.steps, stepper(compiled), seed=n)
         start = time.perf_counter()
@@ -183,7 +252,11 @@ def time_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
     row: dict[str, Any] = {
         "num_envs": n,
         "steps_per_block": args.steps,
-        "first_block_s": {"torch_compiled": compile_s, "jax": jax_compile_s},
+        "first_block_s": {
+            "torch_compiled": compile_s,
+            "env_compiled": env_compile_s,
+            "jax": jax_compile_s,
+        },
         "block_s": blocks,
         "block_cpu_s": cpu_blocks,
         "steps_per_s": {name: steps_per_s(statistics.median(b)) for name, b in blocks.items()},
@@ -207,10 +280,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="3 rounds, 1 warm-up block")
+    parser.add_argument("--name", default="breakout_throughput", help="results file stem")
     parser.add_argument("--no-compile", dest="compile", action="store_false")
     parser.add_argument(
         "--no-scan", dest="scan", action="store_false", help="skip the jax_scan variant"
     )
+    parser.add_argument("--cpu", type=int, help="the one CPU to run on (default: the first)")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.warmup = 3, 1
@@ -227,6 +302,7 @@ def main() -> None:
         print(f"{n:5d} envs: {figures} steps/s; against jax: {ratios} (CPU time: {cpu})")
 
     machine |= {
+        "pinned_cpu": PINNED_CPU,
         "load_average_end": os.getloadavg(),
         "jax": version("jax"),
         "jaxlib": version("jaxlib"),
@@ -234,7 +310,7 @@ def main() -> None:
         "xla_flags": os.environ["XLA_FLAGS"],
     }
     path = write_result(
-        "breakout_throughput",
+        args.name,
         {"machine": machine, "settings": vars(args), "sizes": rows},
     )
     print(f"wrote {path}")

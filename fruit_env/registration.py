@@ -1,4 +1,4 @@
-"""Register `FruitCatcher-v0` with Gymnasium (idempotent, so re-imports are harmless)."""
+"""Register the games' ids with Gymnasium (idempotent, so re-imports are harmless)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,23 @@ import gymnasium as gym
 
 ENV_ID = "FruitCatcher-v0"
 MAX_EPISODE_STEPS = 200
+BREAKOUT_ID = "Breakout-MinAtar-v0"
+BREAKOUT_MAX_EPISODE_STEPS = 1000  # gymnax's `max_steps_in_episode`
 
 
 def register_envs() -> None:
-    """`make` gives the numpy single game (truncated by `TimeLimit`), `make_vec` the torch batch."""
-    if ENV_ID in gym.registry:
-        return
-    gym.register(
-        id=ENV_ID,
-        entry_point="fruit_env.games.fruit_catcher.single_env:FruitCatcherEnv",
-        vector_entry_point="fruit_env.games.fruit_catcher.env:FruitCatcherVectorEnv",
-        max_episode_steps=MAX_EPISODE_STEPS,
-    )
+    """FruitCatcher-v0: `make` gives the numpy single game (truncated by `TimeLimit`),
+    `make_vec` the torch batch. Breakout-MinAtar-v0: `make_vec` only (the torch batch)."""
+    if ENV_ID not in gym.registry:
+        gym.register(
+            id=ENV_ID,
+            entry_point="fruit_env.games.fruit_catcher.single_env:FruitCatcherEnv",
+            vector_entry_point="fruit_env.games.fruit_catcher.env:FruitCatcherVectorEnv",
+            max_episode_steps=MAX_EPISODE_STEPS,
+        )
+    if BREAKOUT_ID not in gym.registry:
+        gym.register(
+            id=BREAKOUT_ID,
+            vector_entry_point="fruit_env.games.minatar_breakout.env:BreakoutVectorEnv",
+            max_episode_steps=BREAKOUT_MAX_EPISODE_STEPS,
+        )

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from fruit_env.games.minatar_breakout import (
+from fruit_env.games.minatar_breakout.rules import (
     MAX_STEPS_IN_EPISODE,
     NUM_ACTIONS,
     OBS_SHAPE,

@@ -156,9 +156,10 @@ def advance(
     return new_state, breaks.to(torch.float32), terminal
 
 
-def truncated(state: BreakoutState) -> torch.Tensor:
-    """bool `(N,)`: the episode reached gymnax's time limit (checked after a step, as there)."""
-    return state.time >= MAX_STEPS_IN_EPISODE
+def truncated(state: BreakoutState, limit: int = MAX_STEPS_IN_EPISODE) -> torch.Tensor:
+    """bool `(N,)`: the episode reached the time limit, gymnax's by default (checked after a
+    step, as there)."""
+    return state.time >= limit
 
 
 def episode(state: BreakoutState) -> tuple[torch.Tensor, torch.Tensor]:
@@ -166,11 +167,12 @@ def episode(state: BreakoutState) -> tuple[torch.Tensor, torch.Tensor]:
     return state.score.to(torch.float32), state.time.clone()
 
 
-def observe(state: BreakoutState) -> torch.Tensor:
-    """bool `(N, 10, 10, 4)`: gymnax's planes, channels last: paddle, ball, trail, brick.
+def observe(state: BreakoutState, dtype: torch.dtype = torch.bool) -> torch.Tensor:
+    """`(N, 10, 10, 4)` of `dtype`: gymnax's planes, channels last: paddle, ball, trail, brick.
 
-    gymnax returns the same 0/1 values as float32; bool holds them in a quarter of the bytes
-    and a consumer's `.to(torch.float32)` gives gymnax's array exactly.
+    gymnax returns the 0/1 values as float32 (`dtype=torch.float32` gives its array exactly);
+    bool holds them in a quarter of the bytes. The board is built in `dtype` directly: a
+    conversion afterwards would read and write the whole board once more.
 
     Built as gymnax builds it, by writes into a zeroed board: the wall's bits unpacked into
     the brick plane of rows 1-3, then one scatter of the paddle, ball and trail cells.
@@ -182,7 +184,7 @@ def observe(state: BreakoutState) -> torch.Tensor:
     n = state.pos.shape[0]
     device = state.pos.device
     planes = OBS_SHAPE[2]
-    board = torch.zeros((n, GRID, GRID, planes), dtype=torch.bool, device=device)
+    board = torch.zeros((n, GRID, GRID, planes), dtype=dtype, device=device)
     bits = torch.arange(1, FULL_WALL.bit_length(), dtype=torch.int32, device=device)
     wall = (state.bricks[:, None] >> bits) & 1
     board[:, BRICK_ROWS[0] : BRICK_ROWS[-1] + 1, :, 3] = wall.view(n, len(BRICK_ROWS), GRID)
@@ -195,7 +197,7 @@ def observe(state: BreakoutState) -> torch.Tensor:
     marks = torch.stack(
         (paddle, index(state.ball_y, state.ball_x, 1), index(state.last_y, state.last_x, 2)), 1
     )
-    board.view(n, -1).scatter_(1, marks.to(torch.int64), True)
+    board.view(n, -1).scatter_(1, marks.to(torch.int64), 1)
     return board
 
 
