@@ -202,3 +202,19 @@ def _leaves(node: Any) -> list[torch.Tensor]:
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.view(torch.int32) if tensor.dtype == torch.float32 else tensor
+
+
+@pytest.mark.parametrize("env_id", ["FruitCatcher-v0", "Breakout-MinAtar-v0"])
+def test_a_reset_or_restore_under_inference_mode_then_steps_outside_it(env_id: str) -> None:
+    """A rollout resets and restores under torch.inference_mode; the env must still step
+    after it (its counter advances in place, which an inference tensor refuses)."""
+    envs = gym.make_vec(env_id, num_envs=4, device="cpu")
+    with torch.inference_mode():
+        envs.reset(seed=[1, 2, 3, 4])
+    envs.step(torch.zeros(4, dtype=torch.int64))
+    snapshot = envs.snapshot_state(torch.tensor([0, 1]))
+    with torch.inference_mode():
+        envs.restore_state(torch.tensor([2, 3]), snapshot)
+    _, reward, *_ = envs.step(torch.ones(4, dtype=torch.int64))
+    assert reward.shape == (4,)
+    envs.close()

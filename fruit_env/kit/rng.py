@@ -63,7 +63,8 @@ class EagerDraw:
         x = torch.bitwise_and(counter, MASK32)
         tmp = self._tmp
         if tmp is None or tmp.shape != x.shape or tmp.device != x.device:
-            tmp = self._tmp = torch.empty_like(x)
+            with torch.inference_mode(False):  # kept for steps outside inference mode too
+                tmp = self._tmp = torch.empty_like(x)
         _mix32_(x, tmp)
         _mix32_(x.bitwise_xor_(key), tmp)
         return x

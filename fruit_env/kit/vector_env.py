@@ -114,7 +114,9 @@ class TensorVectorEnv(VectorEnv):
         self.validate_actions = validate_actions  # type: ignore[assignment]
         self.compiled = isinstance(self._stepper, compiled.CompiledStepper)  # which step runs
         self._key = torch.from_numpy(rng.seed_keys(rng.fresh_seeds(self.num_envs))).to(self.device)
-        self._counter = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        self._counter = _outside_inference(
+            torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        )
         self._running = self._empty(self.num_envs)
         self._needs_reset = True
         self._closed = False
@@ -160,7 +162,8 @@ class TensorVectorEnv(VectorEnv):
             seeded_mask, keys = seeded
             key = torch.where(seeded_mask, keys, key)
             counter = torch.where(seeded_mask, 0, counter)
-        self._running, self._counter = self._stepper.reset(self._running, key, counter, mask)
+        self._running, counter = self._stepper.reset(self._running, key, counter, mask)
+        self._counter = _outside_inference(counter)
         self._key = key
         self._needs_reset = False
         return self._stepper.observe(self._running), {}
@@ -285,7 +288,7 @@ class TensorVectorEnv(VectorEnv):
         rows = self._pack(self._running).index_copy(1, index, snapshot.packed)
         self._running = Running(packed(rows[:-1]), rows[-1] != 0)
         self._key = self._key.index_copy(0, index, snapshot.key)
-        self._counter = self._counter.index_copy(0, index, snapshot.counter)
+        self._counter = _outside_inference(self._counter.index_copy(0, index, snapshot.counter))
 
     def _pack(self, running: Running) -> torch.Tensor:
         """`running` as packed rows, the pending row last."""
@@ -327,3 +330,12 @@ def _select_rows(running: Running, index: torch.Tensor) -> Running:
         return type(node)(*fields) if hasattr(node, "_fields") else tuple(fields)
 
     return select(running)
+
+
+def _outside_inference(counter: torch.Tensor) -> torch.Tensor:
+    """`counter` as a normal tensor: every step advances it in place, which a tensor made under
+    `torch.inference_mode` (a rollout's reset or restore) refuses once outside that mode."""
+    if not counter.is_inference():
+        return counter
+    with torch.inference_mode(False):
+        return counter.clone()
