@@ -424,6 +424,11 @@ class GRPOConfig:
         """Every field with its resolved value (what checkpoints and reports record)."""
         return dataclasses.asdict(self)
 
+    def to_file_dict(self) -> dict[str, Any]:
+        """What a config file holds (a run's `config.json`, a sweep's `best_config.json`):
+        `to_dict()` and, in `_derived`, the fields it derived, which `from_dict` derives again."""
+        return {"_derived": list(self.derived), **self.to_dict()}
+
     def inputs(self) -> dict[str, Any]:
         """`to_dict()` with the derived fields unset: what was asked for. Building a config
         from it, changed or not, resolves every derived field once, from the final values

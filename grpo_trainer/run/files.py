@@ -153,8 +153,7 @@ class RunFiles(Callback):
                 **{f: describe(type(config), f) for f in config.to_dict() if f != "run"},
                 **{f"run.{f}": describe(RunConfig, f) for f in config.run.__dataclass_fields__},
             },
-            "_derived": list(config.derived),
-            **config.to_dict(),
+            **config.to_file_dict(),
         }
         try:
             checkpoint.prepare_folder(self.run_dir / "checkpoints")

@@ -129,8 +129,7 @@ class Sweep:
 
         config = self.trial_config({p.name: p.suggest(trial) for p in self.params}, trial.number)
         check_evaluates(config)
-        recorded = {**config.to_dict(), "_derived": list(config.derived)}
-        trial.set_user_attr("config", json.loads(json.dumps(recorded)))
+        trial.set_user_attr("config", json.loads(json.dumps(config.to_file_dict())))
         reporter = TrialReporter(trial, self.objective)
         start = time.perf_counter()
         envs = make_envs(config, config.num_envs, resolve_device(config.run.device))
