@@ -13,9 +13,13 @@ written in place with the counters: one int32 tensor in, none of them bool.
 Cache folder: `$FRUIT_ENV_CACHE_DIR`, else `$XDG_CACHE_HOME/fruit_env`, else
 `~/.cache/fruit_env`. A package's name is a digest of everything its code depends on: the
 game's rules (`TensorGame.rules_key`), the autoreset mode, the device type, the torch version,
-the source of the kit and of the game's package, and the CPU's instruction set (inductor
-compiles for the build machine's CPU) or the GPU's compute capability. So a package built
-from other rules or other code is never loaded. Deleting the folder is always safe.
+the source of the kit, of the packages (or lone modules) of the game's class and its bases
+and of the user modules they import, and the CPU's instruction set (inductor compiles for the
+build machine's CPU) or the GPU's compute capability. So a package built from other rules or
+other code is never loaded. A package is loaded through torch's public loader
+(`torch._inductor.aoti_load_package`), and only once a child process has played it against
+the eager step (`proof.py`): native code that crashes must not take the caller down.
+Deleting the folder is always safe.
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import logging
 import os
 import platform
 import sys
+import sysconfig
 import tempfile
 import time
 import warnings
@@ -37,7 +43,7 @@ from typing import Any
 import torch
 from gymnasium.vector import AutoresetMode
 
-from fruit_env.kit import actions, rng
+from fruit_env.kit import actions, proof, rng
 from fruit_env.kit.autoreset import STEPS, EagerStepper, Running, Transition
 from fruit_env.kit.game import TensorGame
 from fruit_env.kit.layout import Layout, Packed
@@ -58,10 +64,10 @@ def cache_dir() -> Path:
 
 
 def supported(device: torch.device) -> bool:
-    """Whether this torch can build and load packages for `device` (AOTInductor packages:
-    torch 2.6 and later, CPU and CUDA)."""
-    loader = hasattr(torch._C, "_aoti") and hasattr(torch._C._aoti, "AOTIModelPackageLoader")
-    return loader and device.type in ("cpu", "cuda")
+    """Whether this torch can build and load packages for `device` (AOTInductor packages,
+    loaded through `torch._inductor.aoti_load_package`: CPU and CUDA)."""
+    has_loader = importlib.util.find_spec("torch._inductor") is not None
+    return device.type in ("cpu", "cuda") and has_loader
 
 
 def package_path(game: TensorGame[Any], mode: AutoresetMode, device: torch.device) -> Path:
@@ -103,7 +109,10 @@ class CompiledStepper:
         device: torch.device,
     ) -> None:
         index = device.index if device.type == "cuda" and device.index is not None else -1
-        self._loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, index)
+        loaded = importlib.import_module("torch._inductor").aoti_load_package(
+            str(path), device_index=index
+        )
+        self._loader = loaded.loader  # its boxed entry point: no pytree work per step
         self.game, self.layout, self.path = game, layout, path
         self._eager = EagerStepper(game, layout, mode)
         self._same_step = mode == AutoresetMode.SAME_STEP
@@ -150,10 +159,9 @@ class CompiledStepper:
         return self._rows
 
 
-def load(
-    game: TensorGame[Any], layout: Layout, mode: AutoresetMode, device: torch.device
-) -> CompiledStepper:
-    """The compiled step, built first (logged at INFO) if the cache does not hold it."""
+def built(game: TensorGame[Any], layout: Layout, mode: AutoresetMode, device: torch.device) -> Path:
+    """The package of these rules, mode and device, built first (logged at INFO) if the cache
+    does not hold it."""
     path = package_path(game, mode, device)
     if not path.is_file():
         started = time.perf_counter()
@@ -166,7 +174,7 @@ def load(
         )
         build(game, layout, mode, device, path)
         log.info("%s: compiled in %.1f s", type(game).__name__, time.perf_counter() - started)
-    return CompiledStepper(path, game, layout, mode, device)
+    return path
 
 
 def build(
@@ -246,16 +254,52 @@ def _machine(device: torch.device) -> tuple[object, ...]:
 
 
 def _source_roots(kind: type) -> tuple[Path, ...]:
-    """Where the code of the graph lives: the kit's folder, and the game's top-level package
-    folder (or, for a game in a lone module, that module's file)."""
-    kit = Path(__file__).resolve().parent
-    top = sys.modules.get(kind.__module__.split(".")[0])
-    origin = getattr(top, "__file__", None) or inspect.getsourcefile(kind)
+    """Where the code of the graph lives: the kit's folder; the top-level package folder (or
+    lone module file) of the game's class and of each of its bases; and of the user modules
+    those import, followed from module to module (a rules module the game's module imports,
+    the helpers that one imports). Libraries are not followed (their code changes with their
+    version, which a reinstall brings), nor is the standard library."""
+    roots = {Path(__file__).resolve().parent}
+    seen: set[str] = set()
+    todo = [(c.__module__, True) for c in kind.__mro__]
+    while todo:
+        name, own = todo.pop()
+        module = sys.modules.get(name)
+        if name in seen or module is None:
+            continue
+        seen.add(name)
+        root = _root(module)
+        if (
+            root is None
+            or _under(root, _STDLIB)
+            or (not own and root not in roots and _under(root, _LIBRARIES))
+        ):
+            continue
+        roots.add(root)
+        for value in vars(module).values():
+            named = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", "")
+            if isinstance(named, str):
+                todo.append((named, False))
+    return tuple(sorted(roots))
+
+
+def _root(module: Any) -> Path | None:
+    """A module's top-level package folder, or its own file if it is a lone module."""
+    top = sys.modules.get(module.__name__.split(".")[0], module)
+    origin = getattr(top, "__file__", None) or getattr(module, "__file__", None)
     if origin is None:
-        return (kit,)
-    origin_path = Path(origin).resolve()
-    game = origin_path.parent if origin_path.name == "__init__.py" else origin_path
-    return (kit, game)
+        return None
+    path = Path(origin).resolve()
+    return path.parent if path.name == "__init__.py" else path
+
+
+def _under(path: Path, folders: tuple[Path, ...]) -> bool:
+    return any(path.is_relative_to(folder) for folder in folders)
+
+
+_PATHS = sysconfig.get_paths()
+_STDLIB = tuple({Path(_PATHS[k]).resolve() for k in ("stdlib", "platstdlib")})
+_LIBRARIES = tuple({Path(_PATHS[k]).resolve() for k in ("purelib", "platlib")})
 
 
 @functools.cache
@@ -287,23 +331,27 @@ def stepper(
     """The stepper that `compile=choice` asks for: False the game's eager form, True the
     compiled step (built first if the cache lacks it), "auto" the compiled step on CUDA (a
     kernel launch per eager operation makes the eager step slow there) and the eager form
-    elsewhere. A step that cannot be built or loaded falls back to the eager form (the same
-    games), with a warning."""
+    elsewhere. A package is trusted only once a child process has played it against the eager
+    step (`proof`); one that cannot be built, loaded or proven gives way to the eager form (the
+    same games), with one warning that says why."""
     eager = EagerStepper(game.eager_form(num_envs, device), layout, mode)
     if choice is False or (choice == "auto" and device.type != "cuda"):
         return eager
+    name = type(game).__name__
     if not supported(device):
         log.warning(
             "%s: compile=True, but this torch builds no compiled step for %s devices; "
             "running the eager step",
-            type(game).__name__,
+            name,
             device.type,
         )
         return eager
     try:
-        return load(game, layout, mode, device)
+        path = built(game, layout, mode, device)
+        why = proof.problem(path, game, layout, mode, device, _Graph(game, layout, mode))
+        if why is None:
+            return CompiledStepper(path, game, layout, mode, device)
     except Exception as err:  # no C++ compiler, say: the eager step gives the same games
-        log.warning(
-            "%s: building the compiled step failed (%s); running eager", type(game).__name__, err
-        )
-        return eager
+        why = f"{type(err).__name__}: {err}"
+    log.warning("%s: the compiled step is not used (%s); running the eager step", name, why)
+    return eager
