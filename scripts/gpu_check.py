@@ -1,26 +1,31 @@
-"""The first hour on a GPU: every check that needs CUDA, in one command (`make gpu-check`).
+"""The GPU's checks in one short sitting (`make gpu-check`): every check that needs CUDA.
 
-    python scripts/gpu_check.py            # all steps, within 30 minutes
-    python scripts/gpu_check.py --only memory profile
+    python scripts/gpu_check.py                      # every step, within 8 minutes
+    python scripts/gpu_check.py --budget 300 --only games train
+    python scripts/gpu_check.py --out "$OUT"         # the report somewhere else
 
-Steps, each in its own process with a time limit, progress printed as they go:
+Steps, most important first, each in its own process with a time limit (a step that crashes
+loses nothing measured before it), progress printed as they go:
 
-1. `tests`: the tests that need CUDA (they skip elsewhere);
-2. `env`: FruitCatcher's env benchmark on the GPU up to 4M envs, eager and compiled, against
-   the naive reference, with the memory-bandwidth roofline (benchmarks/env_throughput.py);
-3. `train`: training throughput of the default config at 1k to 1M envs, up to the largest
-   batch that fits in memory and time, and of the default config with bf16 autocast;
-4. `memory`: peak GPU memory of the default run and of a run at 1M envs;
-5. `profile`: the host-sync ops of one default update on CUDA, counted by
-   `grpo_trainer.tools.syncs.SyncCounter` around `collect()` and `learn()` (0 and 0 on the CPU), the
-   device-to-host copies the profiler sees (docs/architecture.md allows one: the metrics),
-   and the top kernels.
+1. `games`: every kit game registered by `import fruit_env`, made on CUDA with the defaults
+   (what `make_vec` gives: the compiled step where its proof passes) and with `compile=False`,
+   plays the same seeds and actions as on the CPU, bit for bit; the packages are built in
+   parallel, one process per game. No crash, which step ran, build and proof seconds;
+2. `train`: `make train`'s command on CUDA (`python -m grpo_trainer train` with no flags):
+   first update, training seconds and env steps to a greedy 0.70, the final catch rate,
+   env steps per second, the config the device derived;
+3. `profile`: host-sync ops of one default update (`SyncCounter` around `collect()` and
+   `learn()`), device-to-host copies and kernel launches the profiler sees, peak memory;
+4. `throughput`: env only (Fruit Catcher 4k to 4M sub-envs, eager and compiled, against the
+   device's copy bandwidth as the roofline; Breakout against gymnax's `jit(vmap(step))` at
+   4k and 262k), env + policy, and full training at 131k sub-envs (bf16 autocast beside);
+5. `tests`: the tests that need CUDA (they skip elsewhere).
 
-Each step's result goes to benchmarks/results/gpu_check.json and a markdown table,
-gpu_check.md, ready for docs/performance.md; both are rewritten after every step, so a step
-that fails or runs out of time loses nothing measured before it. The steps share a
-30-minute budget (a step gets at most 10 minutes and what is left); a step with less than a
-minute left is skipped and says so. On a machine without CUDA the script refuses in one line.
+The report, `gpu_check.json` and `gpu_check.md` (the device, driver and torch named), goes to
+benchmarks/results/ or `--out`, rewritten after every step. The steps share the `--budget`
+(480 s by default); a step gets what is left, and one with under `MIN_STEP_S` left is skipped
+and says so. Children keep the caller's `PYTHONPATH` (the repository is put in front of it).
+On a machine without CUDA the script refuses in one line.
 """
 
 from __future__ import annotations
@@ -37,22 +42,26 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-STEP_LIMIT_S = 600  # a step's time limit
-TOTAL_LIMIT_S = 1800  # the whole check's
-MIN_STEP_S = 60  # a step with less time left than this is skipped
-TRAIN_SIZE_S = 120  # the train step moves to the next size only while it has this much left
-STEPS = ("tests", "env", "train", "memory", "profile")
-WORKER_STEPS = ("train", "memory", "profile")
+TOTAL_LIMIT_S = 480  # the whole check's default budget: one sitting on a lent GPU
+MIN_STEP_S = 20  # a step with less time left than this is skipped
+STEPS = ("games", "train", "profile", "throughput", "tests")
+WORKER_STEPS = ("games", "game", "profile", "throughput")
+
+
+def child_env() -> dict[str, str]:
+    """The caller's environment with the repository in front of its `PYTHONPATH` (packages
+    the caller put there, gymnasium say, stay visible)."""
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def run_step(command: list[str], result_file: Path | None, timeout: float) -> dict[str, Any]:
     """Run one step's command; its result is the JSON it wrote to `result_file` (whatever
     it printed on the way), its output's tail is kept for the record."""
     start = time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     try:
         done = subprocess.run(
-            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+            command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=timeout
         )
         code, out = done.returncode, done.stdout[-3000:] + done.stderr[-3000:]
     except subprocess.TimeoutExpired as err:
@@ -83,7 +92,7 @@ def run_steps(
             print(f"[{i}/{len(commands)}] {step}: skipped, out of time", flush=True)
         else:
             print(f"[{i}/{len(commands)}] {step}: {' '.join(command[1:])}", flush=True)
-            report[step] = run_step(command, result_file, min(STEP_LIMIT_S, left))
+            report[step] = run_step(command, result_file, left)
             r = report[step]
             print(f"    done in {r['seconds']:.0f} s, exit {r['returncode']}", flush=True)
         write_report(report, list(commands)[:i], results)
@@ -95,7 +104,8 @@ def write_report(report: dict[str, Any], steps: list[str], results: Path) -> Non
     results.mkdir(parents=True, exist_ok=True)
     (results / "gpu_check.json").write_text(json.dumps(report, indent=1) + "\n")
     lines = [
-        f"GPU check on {report.get('device')} (torch {report.get('torch')})",
+        f"GPU check on {report.get('device')} (driver {report.get('driver')}, torch "
+        f"{report.get('torch')}, {report.get('date')})",
         "",
         "| step | exit | seconds | result |",
         "|---|---|---|---|",
@@ -114,98 +124,309 @@ def write_report(report: dict[str, Any], steps: list[str], results: Path) -> Non
     (results / "gpu_check.md").write_text("\n".join(lines) + "\n")
 
 
-def _worker(step: str, out: Path) -> None:
-    """Steps that run inside this script, in a child process (`--worker STEP`). The result
-    is rewritten to `out` as it grows, so a step stopped at its time limit keeps its rows."""
+# -- the steps that run in this script, in a child process (`--worker STEP`) -------------------
+
+
+def kit_games() -> list[str]:
+    """The ids `import fruit_env` registers for `make_vec`."""
+    import gymnasium as gym
+
+    import fruit_env  # noqa: F401  (registers its games)
+
+    return sorted(
+        name
+        for name, spec in gym.registry.items()
+        if str(spec.vector_entry_point or "").startswith("fruit_env.")
+    )
+
+
+def _save(result: dict[str, Any], out: Path) -> None:
+    out.write_text(json.dumps(result, indent=1))
+
+
+def _plays(env: Any, steps: int, seed: int) -> list[Any]:
+    """Every output of a reset and `steps` steps of seeded random actions, on the host."""
     import torch
 
-    import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
+    gen = torch.Generator().manual_seed(seed)
+    n = env.num_envs
+    outputs = [env.reset(seed=seed)[0]]
+    for _ in range(steps):
+        action = torch.randint(0, int(env.single_action_space.n), (n,), generator=gen)
+        obs, reward, terminated, truncated, info = env.step(action.to(env.unwrapped.device))
+        outputs += [obs, reward, terminated, truncated, *info["episode"].values()]
+    return [t.cpu() for t in outputs]
+
+
+def game_worker(env_id: str, out: Path) -> None:
+    """One game on CUDA, with the defaults and eager, against the CPU's games bit for bit."""
+    import gymnasium as gym
+    import torch
+
+    result: dict[str, Any] = {"env": env_id}
+    started = time.perf_counter()
+    default = gym.make_vec(env_id, num_envs=1024, device="cuda")  # what users get
+    result["make_vec_s"] = round(time.perf_counter() - started, 1)
+    result["compiled"] = bool(default.unwrapped.compiled)
+    _save(result, out)
+    cpu = _plays(gym.make_vec(env_id, num_envs=1024, device="cpu", compile=False), 300, 7)
+    for name, env in (
+        ("default", default),
+        ("eager", gym.make_vec(env_id, num_envs=1024, device="cuda", compile=False)),
+    ):
+        got = _plays(env, 300, 7)
+        same = len(got) == len(cpu) and all(
+            a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(got, cpu, strict=True)
+        )
+        result[f"{name}_equals_cpu"] = same
+        _save(result, out)
+
+
+def games_worker(out: Path) -> None:
+    """Every kit game at once, one process each (their packages build in parallel)."""
+    result: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = {}
+        for env_id in kit_games():
+            file = Path(tmp) / f"{env_id}.json"
+            command = [sys.executable, __file__, "--worker", "game", "--game", env_id]
+            procs[env_id] = (
+                subprocess.Popen([*command, "--out", str(file)], env=child_env()),
+                file,
+            )
+        for env_id, (proc, file) in procs.items():
+            code = proc.wait()
+            row = json.loads(file.read_text()) if file.exists() else {}
+            result[env_id] = {**row, "returncode": code}
+            _save(result, out)
+    if not all(r["returncode"] == 0 and r.get("eager_equals_cpu") for r in result.values()):
+        raise SystemExit("a game crashed or differs from the CPU's games")
+
+
+def _trainer(num_groups: int | None = None, amp: str = "off") -> Any:
+    """A trainer as `train` builds it on CUDA: the defaults, progress off."""
+    import torch
+
     from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
     from grpo_trainer.envs import make_envs
 
     torch.set_float32_matmul_precision("high")  # as the command line sets it
-    device = torch.device("cuda")
-    started = time.monotonic()
+    config = GRPOConfig(
+        num_groups=num_groups, run=RunConfig(progress=False, device="cuda", amp=amp)
+    )
+    return GRPOTrainer(make_envs(config, config.num_envs, torch.device("cuda")), config)
 
-    def trainer(num_groups: int, amp: str = "off") -> GRPOTrainer:
-        run = RunConfig(progress=False, device="cuda", amp=amp)
-        config = GRPOConfig(num_groups=num_groups, run=run)
-        return GRPOTrainer(make_envs(config, config.num_envs, device), config)
 
-    def rate(t: GRPOTrainer, updates: int = 3) -> float:
-        t.update()  # compilation and allocator warm-up
-        return sorted(t.update()["steps_per_s"] for _ in range(updates))[updates // 2]
+def profile_worker(out: Path) -> None:
+    """Host syncs, device-to-host copies and launches of one default update; peak memory."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
 
-    result: dict[str, Any] = {}
+    from grpo_trainer.tools.syncs import SyncCounter
 
-    def save() -> None:
-        out.write_text(json.dumps(result))
+    torch.cuda.reset_peak_memory_stats()
+    t = _trainer()
+    for _ in range(3):
+        t.update()
+    with SyncCounter() as collect_syncs:
+        rollout = t.collect()
+    with SyncCounter() as learn_syncs:
+        t.learn(rollout)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t.update()
+        torch.cuda.synchronize()
+    events = prof.key_averages()
+    result = {
+        "num_envs": t.config.num_envs,
+        "sync_ops_collect": collect_syncs.count,
+        "sync_ops_learn": learn_syncs.count,
+        "device_to_host_copies_per_update": sum(e.count for e in events if "DtoH" in e.key),
+        "kernel_launches_per_update": sum(e.count for e in events if e.key == "cudaLaunchKernel"),
+        "graph_launches_per_update": sum(e.count for e in events if e.key == "cudaGraphLaunch"),
+        "peak_mib": torch.cuda.max_memory_allocated() / 2**20,
+        "top_kernels": events.table(sort_by="cuda_time_total", row_limit=15),
+    }
+    _save(result, out)
 
-    if step == "train":
-        result["default_config_amp"] = {}
-        for mode in ("off", "bf16"):  # whether bf16 pays on this GPU (it did not on the CPU)
-            result["default_config_amp"][mode] = rate(trainer(128, amp=mode))
-            save()
-        result["rows"] = []
-        for groups in (128, 2048, 16384, 131072):  # 1k to 1M envs
-            if time.monotonic() - started > STEP_LIMIT_S - TRAIN_SIZE_S:
-                result["rows"].append({"num_envs": groups * 8, "skipped": "out of time"})
-                break
-            try:
-                row = {"num_envs": groups * 8, "steps_per_s": rate(trainer(groups), 1)}
-            except torch.OutOfMemoryError:
-                row = {"num_envs": groups * 8, "error": "out of memory"}
-            finally:
-                torch.cuda.empty_cache()
-            result["rows"].append(row)
-            save()
-            if "error" in row:
-                break
-        return
-    if step == "memory":
-        for name, groups in (("default", 128), ("1M envs", 131072)):
-            torch.cuda.reset_peak_memory_stats(device)
-            t = trainer(groups)
-            t.update()
-            result[name] = {
-                "num_envs": groups * 8,
-                "peak_mib": torch.cuda.max_memory_allocated(device) / 2**20,
+
+def _rate(step: Any, steps: int, num_envs: int) -> float:
+    """Env steps per second of `step()`, the median of 5 blocks after a warm-up block."""
+    import torch
+
+    times = []
+    for _ in range(6):
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - started)
+    return num_envs * steps / sorted(times[1:])[2]
+
+
+def _env_rate(env_id: str, num_envs: int, **kwargs: Any) -> dict[str, Any]:
+    import gymnasium as gym
+    import torch
+
+    env = gym.make_vec(env_id, num_envs=num_envs, device="cuda", validate_actions=False, **kwargs)
+    env.reset(seed=0)
+    actions = torch.randint(0, int(env.single_action_space.n), (64, num_envs), device="cuda")
+    i = iter(range(10**9))
+    rate = _rate(lambda: env.step(actions[next(i) % 64]), 20, num_envs)
+    state_bytes = 4 * env.unwrapped.layout.rows  # the packed state, read and written
+    obs = env.single_observation_space
+    out_bytes = int(obs.dtype.itemsize * max(1, int(torch.tensor(obs.shape).prod()))) + 4 + 3
+    return {
+        "steps_per_s": rate,
+        "compiled": bool(env.unwrapped.compiled),
+        "bytes_per_step": 2 * state_bytes + out_bytes,
+    }
+
+
+def _copy_bandwidth() -> float:
+    """Bytes per second of a device-to-device copy of 1 GiB: the roofline's memory rate."""
+    import torch
+
+    a = torch.empty(2**28, dtype=torch.float32, device="cuda")
+    b = torch.empty_like(a)
+    return 2 * a.numel() * 4 * _rate(lambda: b.copy_(a), 5, 1)
+
+
+def _gymnax_rate(num_envs: int) -> float:
+    import gymnax
+    import jax
+
+    env, params = gymnax.make("Breakout-MinAtar")
+    step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, None)))
+    keys = jax.random.split(jax.random.PRNGKey(0), num_envs)
+    _, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+    actions = jax.random.randint(jax.random.PRNGKey(1), (num_envs,), 0, 3)
+    holder = {"state": state}
+
+    def one() -> None:
+        _, holder["state"], *_ = step(keys, holder["state"], actions, params)
+
+    one()
+    jax.block_until_ready(holder["state"])
+    times = []
+    for _ in range(6):
+        started = time.perf_counter()
+        for _ in range(20):
+            one()
+        jax.block_until_ready(holder["state"])
+        times.append(time.perf_counter() - started)
+    return num_envs * 20 / sorted(times[1:])[2]
+
+
+def throughput_worker(out: Path) -> None:
+    """Env only, env + policy, full training: the GPU tables of docs/performance.md."""
+    result: dict[str, Any] = {"copy_bytes_per_s": _copy_bandwidth(), "env": [], "train": {}}
+    _save(result, out)
+    for compile_ in (False, True):
+        for n in (4096, 65536, 1048576, 4194304):
+            row = {
+                "env": "FruitCatcher-v0",
+                "num_envs": n,
+                **_env_rate("FruitCatcher-v0", n, compile=compile_),
             }
-            save()
-            del t
-            torch.cuda.empty_cache()
-        return
-    if step == "profile":
-        from torch.profiler import ProfilerActivity, profile
+            row["roofline_fraction"] = (
+                row["steps_per_s"] * row["bytes_per_step"] / result["copy_bytes_per_s"]
+            )
+            result["env"].append(row)
+            _save(result, out)
+    for n in (4096, 262144):
+        for compile_ in (False, True):
+            row = {"env": "Breakout-MinAtar-v0", "num_envs": n}
+            row.update(_env_rate("Breakout-MinAtar-v0", n, compile=compile_))
+            result["env"].append(row)
+            _save(result, out)
+        try:
+            result["env"].append(
+                {"env": "gymnax Breakout-MinAtar", "num_envs": n, "steps_per_s": _gymnax_rate(n)}
+            )
+        except Exception as err:  # no JAX on the machine: the row says so
+            result["env"].append(
+                {"env": "gymnax Breakout-MinAtar", "num_envs": n, "error": repr(err)}
+            )
+        _save(result, out)
+    for amp in ("off", "bf16"):
+        t = _trainer(num_groups=16384, amp=amp)  # 131,072 sub-envs
+        started = time.perf_counter()
+        t.update()
+        first = time.perf_counter() - started
+        rates = sorted(t.update()["steps_per_s"] for _ in range(3))
+        result["train"][amp] = {
+            "num_envs": t.config.num_envs,
+            "first_update_s": first,
+            "steps_per_s": rates[1],
+        }
+        _save(result, out)
+        del t
 
-        from grpo_trainer.tools.syncs import SyncCounter
 
-        t = trainer(128)
-        for _ in range(2):
-            t.update()
-        with SyncCounter() as collect_syncs:
-            rollout = t.collect()
-        with SyncCounter() as learn_syncs:
-            t.learn(rollout)
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            t.update()
-        events = prof.key_averages()
-        result["sync_ops_collect"] = collect_syncs.count
-        result["sync_ops_learn"] = learn_syncs.count
-        result["device_to_host_copies_per_update"] = sum(
-            e.count for e in events if "Memcpy DtoH" in e.key
-        )
-        result["top_kernels"] = events.table(sort_by="cuda_time_total", row_limit=20)
-        save()
-        return
-    raise ValueError(f"unknown worker step {step!r}")
+def train_command(run_dir: Path) -> list[str]:
+    """`make train`'s training command, with no flags beyond the run directory."""
+    return [sys.executable, "-m", "grpo_trainer", "train", "--run-dir", str(run_dir)]
+
+
+def summarise_train(run_dir: Path) -> dict[str, Any]:
+    """What `make train` on CUDA showed: from the run's own metrics.jsonl and config.json."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "update" in r]
+    evals = [r for r in rows if "eval_score" in r]
+    reached = next((r for r in evals if r["eval_score"] >= 0.70), None)
+    config = json.loads((run_dir / "config.json").read_text())
+    return {
+        "config": {
+            k: config.get(k)
+            for k in ("num_groups", "minibatch_size", "lr", "epochs", "total_env_steps")
+        },
+        "first_update_s": rows[0].get("warmup_s") if rows else None,
+        "train_s": rows[-1].get("train_s") if rows else None,
+        "steps_per_s_median": sorted(r["steps_per_s"] for r in rows)[len(rows) // 2]
+        if rows
+        else None,
+        "reached_070_train_s": reached and reached.get("train_s"),
+        "reached_070_wall_s": reached and reached.get("target_reached_s"),
+        "reached_070_env_steps": reached and reached.get("env_steps"),
+        "final_eval_score": evals[-1]["eval_score"] if evals else None,
+    }
+
+
+def _worker(step: str, out: Path, game: str | None) -> None:
+    if step == "game":
+        assert game is not None
+        game_worker(game, out)
+    elif step == "games":
+        games_worker(out)
+    elif step == "profile":
+        profile_worker(out)
+    elif step == "throughput":
+        throughput_worker(out)
+    else:
+        raise ValueError(f"unknown worker step {step!r}")
+
+
+def _train_step(python: str, scratch: Path) -> list[str]:
+    """`train` as a child that trains, then writes its summary as the step's result."""
+    run_dir = scratch / "train-run"
+    code = (
+        "import json, subprocess, sys; sys.path.insert(0, sys.argv[1]);"
+        "import gpu_check as g; from pathlib import Path;"
+        "done = subprocess.run(g.train_command(Path(sys.argv[2])), env=g.child_env());"
+        "Path(sys.argv[3]).write_text(json.dumps(g.summarise_train(Path(sys.argv[2]))));"
+        "sys.exit(done.returncode)"
+    )
+    return [python, "-c", code, str(ROOT / "scripts"), str(run_dir), str(scratch / "train.json")]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=STEPS, default=list(STEPS))
+    parser.add_argument("--budget", type=float, default=TOTAL_LIMIT_S, help="seconds for all steps")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the report")
     parser.add_argument("--worker", choices=WORKER_STEPS, help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--game", help=argparse.SUPPRESS)
     args = parser.parse_args()
     import torch
 
@@ -215,31 +436,50 @@ def main() -> int:
         )
         return 2
     if args.worker:
-        _worker(args.worker, args.out)
+        _worker(args.worker, args.out, args.game)
         return 0
 
     python = sys.executable
     scratch = Path(tempfile.mkdtemp(prefix="gpu-check-"))
-    env_bench = [python, "benchmarks/env_throughput.py", "--device", "cuda"]
-    env_bench += ["--sizes", "16384", "262144", "1048576", "4194304"]
-    env_bench += ["--pixel-sizes", "16384", "262144", "--sync-sizes"]
-    env_bench += ["--output", "env_throughput_cuda"]
+    os.environ.setdefault("FRUIT_ENV_CACHE_DIR", str(scratch / "fruit_env_cache"))
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares the GPU
+
+    def worker(step: str) -> tuple[list[str], Path]:
+        file = scratch / f"{step}.json"
+        return [python, __file__, "--worker", step, "--out", str(file)], file
+
+    tests = [python, "-m", "pytest", "-q", "-rs", "-k", "cuda", "-p", "no:cacheprovider", "tests/"]
     everything: dict[str, tuple[list[str], Path | None]] = {
-        "tests": ([python, "-m", "pytest", "-q", "-rs", "-k", "cuda", "tests/"], None),
-        "env": (env_bench, None),
-        **{
-            step: (
-                [python, __file__, "--worker", step, "--out", str(scratch / f"{step}.json")],
-                scratch / f"{step}.json",
-            )
-            for step in WORKER_STEPS
-        },
+        "games": worker("games"),
+        "train": (_train_step(python, scratch), scratch / "train.json"),
+        "profile": worker("profile"),
+        "throughput": worker("throughput"),
+        "tests": (tests, None),
     }
-    commands = {step: everything[step] for step in args.only}
-    report: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
-    report = run_steps(commands, report, RESULTS)
-    print(f"wrote {RESULTS / 'gpu_check.json'} and gpu_check.md")
+    commands = {step: everything[step] for step in STEPS if step in args.only}
+    report: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(0),
+        "driver": _driver(),
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "budget_s": args.budget,
+    }
+    report = run_steps(commands, report, args.out, args.budget)
+    print(f"wrote {args.out / 'gpu_check.json'} and gpu_check.md")
     return 0 if all(report[s].get("returncode") == 0 for s in commands) else 1
+
+
+def _driver() -> str | None:
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return done.stdout.strip().splitlines()[0] if done.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        return None
 
 
 if __name__ == "__main__":

@@ -6,8 +6,12 @@ say so. (Without CUDA the script itself refuses in one line: tests/test_docs.py.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from loading import load_module
 
@@ -70,3 +74,31 @@ def test_steps_past_the_budget_are_skipped_and_say_so(tmp_path: Path) -> None:
     assert not (tmp_path / "tests.json").exists()  # nothing ran
     table = (tmp_path / "out" / "gpu_check.md").read_text()
     assert "| tests | - | - | skipped:" in table and "| env | - | - | skipped:" in table
+
+
+def test_children_keep_the_callers_pythonpath(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Packages the caller installed on its PYTHONPATH (gymnasium, say) stay visible."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/opt/site", "/tmp/more"]))
+    paths = gpu_check.child_env()["PYTHONPATH"].split(os.pathsep)
+    assert paths == [str(ROOT), "/opt/site", "/tmp/more"]
+    monkeypatch.delenv("PYTHONPATH")
+    assert gpu_check.child_env()["PYTHONPATH"] == str(ROOT)
+
+
+def test_the_default_budget_fits_one_short_sitting() -> None:
+    assert gpu_check.TOTAL_LIMIT_S <= 8 * 60
+    assert gpu_check.STEPS[0] == "games"  # what every GPU user meets first comes first
+
+
+def test_the_train_summary_reads_a_real_run(tmp_path: Path) -> None:
+    """The train step's summary parses what `train` writes (a short CPU run here): a change
+    to the run's files that the check would misread fails this test, not the GPU sitting."""
+    run_dir = tmp_path / "run"
+    command = gpu_check.train_command(run_dir)
+    command += ["--total-env-steps", "40000", "--eval-every", "20000", "--eval-episodes", "20"]
+    command += ["--device", "cpu", "--no-progress"]
+    subprocess.run(command, cwd=ROOT, env=gpu_check.child_env(), check=True, capture_output=True)
+    summary = gpu_check.summarise_train(run_dir)
+    assert summary["first_update_s"] > 0 and summary["train_s"] > 0
+    assert summary["steps_per_s_median"] > 0 and 0 <= summary["final_eval_score"] <= 1
+    assert summary["config"]["num_groups"] >= 1 and summary["config"]["total_env_steps"] == 40000
