@@ -354,11 +354,13 @@ def throughput_worker(out: Path) -> None:
         started = time.perf_counter()
         t.update()
         first = time.perf_counter() - started
-        rates = sorted(t.update()["steps_per_s"] for _ in range(3))
+        updates = sorted((t.update() for _ in range(3)), key=lambda m: m["steps_per_s"])
+        played = t.config.num_envs * t.config.rollout_steps
         result["train"][amp] = {
             "num_envs": t.config.num_envs,
             "first_update_s": first,
-            "steps_per_s": rates[1],
+            "steps_per_s": updates[1]["steps_per_s"],  # env, policy and learning
+            "env_and_policy_steps_per_s": played / updates[1]["rollout_s"],  # the rollout
         }
         _save(result, out)
         del t
