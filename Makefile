@@ -7,15 +7,25 @@ PY := $(VENV)/bin/python
 EXTRAS ?= dev,sb3,jax,video,tensorboard,torchrl,wandb,sweep,box2d,minatar,envpool,gymnax
 GYMNAX := gymnax==1.0.1
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+CORE_STAMP := $(VENV)/.installed-core
 comma := ,
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
 .PHONY: venv test train lint format bench bench-quick gpu-check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[$(EXTRAS)]'
-	$(if $(findstring gymnax,$(EXTRAS)),$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(GYMNAX))
+	$(PIP) -e '.[$(EXTRAS)]'
+	$(if $(findstring gymnax,$(EXTRAS)),$(PIP) --no-deps $(GYMNAX))
 	@rm -f $(VENV)/.installed-*
+	@touch $@ $(CORE_STAMP)
+
+# `make train` needs only the core (torch, gymnasium, numpy, rich): on a GPU machine pip
+# resolves the pinned torch to its CUDA build, and no optional extra (a library without a
+# wheel for that Python, say) stands in the way of training.
+$(CORE_STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) -e .
 	@touch $@
 
 venv: $(STAMP)
@@ -23,9 +33,12 @@ venv: $(STAMP)
 test: venv
 	$(PY) -m pytest
 
-RUN_DIR ?= runs/fruit_catcher
+# A new run directory each time, so that a second `make train` never touches the first's.
+ifndef RUN_DIR
+RUN_DIR := runs/fruit_catcher-$(shell date +%Y%m%d-%H%M%S)
+endif
 
-train: venv
+train: $(CORE_STAMP)
 	$(PY) -m grpo_trainer train --run-dir $(RUN_DIR) $(ARGS)
 	$(PY) -m grpo_trainer eval --checkpoint $(RUN_DIR)/checkpoints/last.pt --episodes 1000
 
