@@ -100,6 +100,19 @@ def test_a_recorded_verdict_is_not_checked_again(
     assert "SIGSEGV" in message and "verdict.json" in message
 
 
+def test_a_rebuilt_package_is_checked_again(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A verdict belongs to the package it judged: deleting the package (not its verdict)
+    and building it anew asks the child again."""
+    runs = child(monkeypatch, tmp_path, CHILDREN["abort"][0])
+    FruitCatcherVectorEnv(3, compile=True, **SHORT)
+    [package] = cache.glob("*.pt2")
+    package.unlink()
+    FruitCatcherVectorEnv(3, compile=True, **SHORT)
+    assert runs.read_text() == "xx"
+
+
 def test_a_verdict_is_kept_per_device(cache: Path) -> None:
     package = cache / "game.pt2"
     paths = {proof.verdict_path(package, torch.device(d)) for d in ("cpu", "cuda:0", "cuda:1")}

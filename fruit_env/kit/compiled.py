@@ -174,6 +174,8 @@ def built(game: TensorGame[Any], layout: Layout, mode: AutoresetMode, device: to
         )
         build(game, layout, mode, device, path)
         log.info("%s: compiled in %.1f s", type(game).__name__, time.perf_counter() - started)
+        for stale in path.parent.glob(f"{path.stem}.*.verdict.json"):  # of a deleted package
+            stale.unlink(missing_ok=True)
     return path
 
 
