@@ -31,6 +31,7 @@ On a machine without CUDA the script refuses in one line.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -451,6 +452,8 @@ def main() -> int:
         return [python, __file__, "--worker", step, "--out", str(file)], file
 
     tests = [python, "-m", "pytest", "-q", "-rs", "-k", "cuda", "-p", "no:cacheprovider", "tests/"]
+    if importlib.util.find_spec("xdist"):  # the compiled-step tests build packages in parallel
+        tests += ["-n", "4"]
     everything: dict[str, tuple[list[str], Path | None]] = {
         "games": worker("games"),
         "train": (_train_step(python, scratch), scratch / "train.json"),
