@@ -72,7 +72,7 @@ def rows(big: int) -> list[Row]:
     out = []
     # one gradient step per rollout, as the naive trainer takes: one epoch, one minibatch and
     # one trust region for the whole batch
-    same = _trainer(num_groups=big // 8, epochs=1, minibatch_size=1 << 30, anchor_samples=None)
+    same = _trainer(num_groups=big // 8, epochs=1, minibatch_size=1 << 30, anchor_samples=1 << 30)
     horizon = same.config.rollout_steps
     out.append(Row(f"trainer, {big} envs, 1 epoch x 1 minibatch", same.update, big * horizon))
     naive = NaiveGRPO(

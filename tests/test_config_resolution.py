@@ -20,6 +20,7 @@ from grpo_trainer.tools.search_space import parse_space
 from grpo_trainer.tools.sweep import Sweep
 
 BUDGETS = (100_000, 300_000, 1_000_000, 2_500_000, 10_000_000)
+BUDGET_GIVEN = tuple(n for n in DERIVED_FIELDS if n != "total_env_steps")  # what is derived
 ENVS = ("fruit_env:FruitCatcher-v0", "CartPole-v1", "Acrobot-v1", "Pendulum-v1")
 
 
@@ -71,7 +72,7 @@ def test_every_path_resolves_the_same_config(
     for name, config in [("flags", flags), ("--config", from_file), ("config.json", rerun),
                          ("sweep trial", trial)]:  # fmt: skip
         assert config.for_episode_limit(limit).to_dict() == expected, name
-        assert config.derived == DERIVED_FIELDS, name
+        assert config.derived == BUDGET_GIVEN, name
 
 
 def test_the_budget_sets_the_batch_and_learning_rate_through_the_cli() -> None:
@@ -86,18 +87,18 @@ def test_given_values_are_kept_and_only_the_rest_derived(tmp_path: Path) -> None
     config = _cli("--total-env-steps", "1000000", "--num-groups", "64", "--lr", "0.002")
     assert (config.num_groups, config.lr) == (64, 0.002)
     assert config.minibatch_size == 64 * 8 * 32 // 8  # from the given batch
-    assert config.derived == ("minibatch_size", "window", "gamma", "epochs")
+    assert config.derived == ("anchor_samples", "minibatch_size", "window", "gamma", "epochs")
     inputs = config.inputs()
     assert {n: inputs[n] for n in DERIVED_FIELDS} == {
-        "num_groups": 64, "lr": 0.002, "minibatch_size": None, "window": None, "gamma": None,
-        "epochs": None,
+        "total_env_steps": 1_000_000, "num_groups": 64, "anchor_samples": None, "lr": 0.002,
+        "minibatch_size": None, "window": None, "gamma": None, "epochs": None,
     }  # fmt: skip
     assert GRPOConfig.from_dict(inputs) == config
 
 
 def test_config_json_names_what_was_derived(written_config: Path) -> None:
     data = json.loads(written_config.read_text())
-    assert data["_derived"] == list(DERIVED_FIELDS)
+    assert data["_derived"] == list(BUDGET_GIVEN)
     resolved = GRPOConfig(total_env_steps=4096).num_groups
     assert data["window"] == 128 and data["num_groups"] == resolved  # the values it resolved
     rebudgeted = GRPOConfig.from_dict({**data, "total_env_steps": 2_500_000})
@@ -118,8 +119,8 @@ def test_a_resumed_run_keeps_what_it_derived(written_config: Path) -> None:
     resumed = _cli("--config", str(written_config), "--resume", str(run_dir),
                    "--total-env-steps", "10000000")  # fmt: skip
     assert resumed.total_env_steps == 10_000_000
-    kept = {n: getattr(resumed, n) for n in DERIVED_FIELDS}
-    assert kept == {n: saved[n] for n in DERIVED_FIELDS}
-    assert resumed.derived == DERIVED_FIELDS  # still derived, as its config.json will say
+    kept = {n: getattr(resumed, n) for n in BUDGET_GIVEN}
+    assert kept == {n: saved[n] for n in BUDGET_GIVEN}
+    assert resumed.derived == BUDGET_GIVEN  # still derived, as its config.json will say
     fresh = _cli("--config", str(written_config), "--total-env-steps", "10000000")
     assert fresh.num_groups == 128  # without --resume, the new budget's batch

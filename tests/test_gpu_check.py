@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from loading import load_module
 
 ROOT = Path(__file__).resolve().parents[1]

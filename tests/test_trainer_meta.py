@@ -19,6 +19,7 @@ import torch
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+from grpo_trainer.base.config import DEVICE_DEFAULTS
 from grpo_trainer.envs import make_envs
 
 META = torch.device("meta")
@@ -58,3 +59,35 @@ def test_an_update_runs_on_meta_up_to_its_one_host_copy(cfg: dict[str, Any]) -> 
     ours = [frame.name for frame in frames if "grpo_trainer" in frame.filename]
     assert ours[-3:] == ["learn", "update_report", "to_host"], ours
     assert all(p.device == META for p in trainer.policy.parameters())
+
+
+def test_a_gpu_run_derives_the_gpu_defaults_and_its_update_runs_on_meta() -> None:
+    """Defaults for the device: a run on anything but the CPU ("meta" stands in for a GPU)
+    takes the GPU's row of DEVICE_DEFAULTS (8x the samples per update, one trust region,
+    the learning rate's ceiling, the budget that gives as many updates as the CPU's run),
+    and that update, at 8192 sub-envs, runs on the device up to its one host copy. The CPU's
+    row is unchanged; a value the user gives wins on both."""
+    cpu = GRPOConfig(run=RunConfig(device="cpu"))
+    assert (cpu.total_env_steps, cpu.num_envs, cpu.anchor_samples) == (2_500_000, 1024, 32_768)
+    assert (cpu.minibatch_size, cpu.lr) == (4096, 1e-2)
+    run = RunConfig(progress=False, device="meta", compile=False)
+    gpu = GRPOConfig(run=run)
+    row = DEVICE_DEFAULTS["cuda"]
+    assert (gpu.total_env_steps, gpu.anchor_samples) == (row.total_env_steps, row.max_samples)
+    assert gpu.num_envs * gpu.rollout_steps == row.max_samples == 262_144
+    assert (gpu.num_envs, gpu.minibatch_size, gpu.lr) == (8192, 32_768, row.max_lr)
+    assert gpu.total_env_steps // row.max_samples == cpu.total_env_steps // 32_768  # 76 updates
+    given = GRPOConfig(total_env_steps=1_000_000, lr=3e-3, anchor_samples=4096, run=run)
+    assert (given.total_env_steps, given.lr, given.anchor_samples) == (1_000_000, 3e-3, 4096)
+
+    trainer = GRPOTrainer(make_envs(gpu, gpu.num_envs, META), gpu)
+    rollout = trainer.collect()
+    assert rollout.obs.shape[:2] == (gpu.rollout_steps, 8192) and rollout.obs.device == META
+    with pytest.raises(NotImplementedError, match="Cannot copy out of meta tensor") as err:
+        trainer.learn(rollout)
+    ours = [
+        f.name
+        for f in traceback.extract_tb(err.value.__traceback__)
+        if "grpo_trainer" in f.filename
+    ]
+    assert ours[-3:] == ["learn", "update_report", "to_host"], ours

@@ -18,35 +18,80 @@ from typing import Any, Literal, get_args, get_origin
 
 # The batch a run gets by default follows its budget (docs/trainer.md, "Defaults that
 # transfer"): about UPDATES_PER_RUN updates, each a power of two of samples between
-# MIN_SAMPLES and MAX_SAMPLES, cut into MINIBATCHES minibatches. Below FULL_BUDGET env steps a
-# run makes more, smaller updates (the batch shrinks with the budget squared): a sparse signal
-# takes hold only over many updates. 300k steps get 1024 samples per update (293 updates);
-# 500k, 2048 (244); 1M, 8192 (122); 2.5M and more, 32768.
+# MIN_SAMPLES and the device's most (`DeviceDefaults.max_samples`), cut into MINIBATCHES
+# minibatches. Below FULL_BUDGET env steps a run makes more, smaller updates (the batch
+# shrinks with the budget squared): a sparse signal takes hold only over many updates. On
+# the CPU, 300k steps get 1024 samples per update (293 updates); 500k, 2048 (244); 1M, 8192
+# (122); 2.5M and more, 32768.
 UPDATES_PER_RUN, FULL_BUDGET = 128, 1_000_000
 MIN_SAMPLES, MAX_SAMPLES = 1_024, 32_768
 MINIBATCHES = 8
-SAMPLES_PER_UPDATE = MAX_SAMPLES  # the most a default update holds: one trust region
+SAMPLES_PER_UPDATE = MAX_SAMPLES  # the most a default CPU update holds: one trust region
 # The window follows the env's episode limit L: about L / 5 steps, a power of two between
 # MIN_WINDOW and MAX_WINDOW (MAX_WINDOW without a limit).
 MIN_WINDOW, MAX_WINDOW, WINDOW_FRACTION = 32, 128, 5
-# Adam's learning rate grows with the square root of the minibatch (Malladi et al., 2022).
+# Adam's learning rate grows with the square root of the minibatch (Malladi et al., 2022),
+# up to the device's ceiling.
 LR_AT_REFERENCE, REFERENCE_MINIBATCH = 1e-2, 4_096
 # Passes over an update's samples: MAX_EPOCHS when its rows waited one update for their
 # look-ahead, fewer the longer they waited (epochs_for).
 MAX_EPOCHS = 8
-# The fields whose None means "derive me": from the budget (num_groups), the batch
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceDefaults:
+    """What the derived defaults take from the device a run trains on.
+
+    A GPU's update costs little more at 8x the samples, so there a run takes 8x larger
+    updates, as many of them as the CPU's run, and as many gradient steps each: Fruit
+    Catcher's greedy 0.70 after 16-20 updates instead of about 46 (docs/trainer.md,
+    "Defaults for the device")."""
+
+    total_env_steps: int  # the budget when none is given
+    max_samples: int  # the most samples a derived update holds, and one trust region's
+    max_lr: float  # the ceiling of the square-root learning-rate rule
+
+
+DEVICE_DEFAULTS = {
+    "cpu": DeviceDefaults(total_env_steps=2_500_000, max_samples=MAX_SAMPLES, max_lr=math.inf),
+    "cuda": DeviceDefaults(total_env_steps=20_000_000, max_samples=262_144, max_lr=1e-2),
+}
+
+
+def device_defaults(device: str) -> DeviceDefaults:
+    """The row of `DEVICE_DEFAULTS` for a `RunConfig.device`: the CPU's for "cpu" (and for
+    "auto" without CUDA), the GPU's for every other device ("meta" stands in for a GPU in
+    tests)."""
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return DEVICE_DEFAULTS["cpu" if device == "cpu" else "cuda"]
+
+
+# The fields whose None means "derive me": from the device (total_env_steps, and the
+# largest update and trust region: anchor_samples), the budget (num_groups), the batch
 # (minibatch_size, then lr) or the env's episode limit (window, then gamma and epochs).
-DERIVED_FIELDS = ("num_groups", "minibatch_size", "lr", "window", "gamma", "epochs")
+DERIVED_FIELDS = (
+    "total_env_steps",
+    "num_groups",
+    "anchor_samples",
+    "minibatch_size",
+    "lr",
+    "window",
+    "gamma",
+    "epochs",
+)
 
 
-def samples_per_update(total_env_steps: int) -> int:
+def samples_per_update(total_env_steps: int, max_samples: int = MAX_SAMPLES) -> int:
     """The default update size for a budget: `total_env_steps / UPDATES_PER_RUN`, scaled by
     `total_env_steps / FULL_BUDGET` below FULL_BUDGET, rounded up to a power of two (so a run
     of FULL_BUDGET or more makes between half of UPDATES_PER_RUN and all of them), within
-    [MIN_SAMPLES, MAX_SAMPLES]."""
+    [MIN_SAMPLES, max_samples]."""
     short = min(1.0, total_env_steps / FULL_BUDGET)
     target = max(total_env_steps / UPDATES_PER_RUN * short, 1.0)
-    return min(max(2 ** math.ceil(math.log2(target)), MIN_SAMPLES), MAX_SAMPLES)
+    return min(max(2 ** math.ceil(math.log2(target)), MIN_SAMPLES), max_samples)
 
 
 def window_for(episode_limit: int | None) -> int:
@@ -63,9 +108,9 @@ def epochs_for(rollout_steps: int, window: int) -> int:
     return max(1, min(MAX_EPOCHS, round(MAX_EPOCHS * math.sqrt(rollout_steps / window))))
 
 
-def lr_for(minibatch_size: int) -> float:
-    """The default learning rate for a minibatch size (square-root scaling)."""
-    return LR_AT_REFERENCE * math.sqrt(minibatch_size / REFERENCE_MINIBATCH)
+def lr_for(minibatch_size: int, max_lr: float = math.inf) -> float:
+    """The default learning rate for a minibatch size (square-root scaling, up to `max_lr`)."""
+    return min(LR_AT_REFERENCE * math.sqrt(minibatch_size / REFERENCE_MINIBATCH), max_lr)
 
 
 RolloutMode = Literal["windowed", "episodes"]
@@ -227,8 +272,10 @@ class GRPOConfig:
         "samples_per_update(total_env_steps) samples per update",
     )
     group_size: int = _field(8, "members per group; they start alike and are compared")
-    total_env_steps: int = _field(
-        2_500_000, "sub-env steps to train for, over all ranks (every step simulated counts)"
+    total_env_steps: int | None = _field(
+        None,
+        "sub-env steps to train for, over all ranks (every step simulated counts); None: the "
+        "device's (2,500,000 on the CPU, 20,000,000 on a GPU: DEVICE_DEFAULTS)",
     )
     rollout: RolloutMode = _field(
         "windowed",
@@ -288,9 +335,10 @@ class GRPOConfig:
         "8 x sqrt(rollout_steps / window), 4 at a window of 4 rollouts",
     )
     anchor_samples: int | None = _field(
-        SAMPLES_PER_UPDATE,
+        None,
         "samples per trust region (per rank): a larger batch is split at random into parts "
-        "of this size, each re-anchoring the clipped ratio at the current policy (None: one)",
+        "of this size, each re-anchoring the clipped ratio at the current policy; None: the "
+        "device's largest derived update (32,768 on the CPU, 262,144 on a GPU)",
     )
     minibatch_size: int | None = _field(
         None,
@@ -330,19 +378,24 @@ class GRPOConfig:
         for name in ("hidden_sizes", "cnn_channels"):
             if isinstance(getattr(self, name), list):
                 setattr(self, name, tuple(getattr(self, name)))
+        device = device_defaults(self.run.device if isinstance(self.run, RunConfig) else "cpu")
+        if self.total_env_steps is None:
+            self.total_env_steps = device.total_env_steps
+        if self.anchor_samples is None:
+            self.anchor_samples = device.max_samples
         _check_int(self, "group_size", minimum=2)
         _check_int(self, "total_env_steps", minimum=1)
         _check_int(self, "rollout_steps", minimum=1)
         if self.window is not None:
             _check_int(self, "window", minimum=1)
         if self.num_groups is None:  # the budget's batch (samples_per_update)
-            samples = samples_per_update(self.total_env_steps)
+            samples = samples_per_update(self.total_env_steps, device.max_samples)
             self.num_groups = max(1, samples // (self.rollout_steps * self.group_size))
         _check_int(self, "num_groups", minimum=1)
         if self.minibatch_size is None:
             self.minibatch_size = max(1, self.num_envs * self.rollout_steps // MINIBATCHES)
         if self.lr is None:
-            self.lr = lr_for(self.minibatch_size)
+            self.lr = lr_for(self.minibatch_size, device.max_lr)
         if self.window is not None:  # else resolved with the env (for_episode_limit)
             if self.gamma is None:
                 self.gamma = 1.0 - 1.0 / self.window
@@ -356,8 +409,7 @@ class GRPOConfig:
             _check_int(self, name, minimum=1)
         if self.epochs is not None:
             _check_int(self, "epochs", minimum=1)
-        if self.anchor_samples is not None:
-            _check_int(self, "anchor_samples", minimum=1)
+        _check_int(self, "anchor_samples", minimum=1)
         _check_choice(self, "rollout", RolloutMode)
         _check_choice(self, "advantage", AdvantageMode)
         _check_choice(self, "scale", ScaleMode)
