@@ -8,6 +8,8 @@ ENV_ID = "FruitCatcher-v0"
 MAX_EPISODE_STEPS = 200
 BREAKOUT_ID = "Breakout-MinAtar-v0"
 BREAKOUT_MAX_EPISODE_STEPS = 1000  # gymnax's `max_steps_in_episode`
+ASTERIX_ID = "Asterix-MinAtar-v0"
+ASTERIX_MAX_EPISODE_STEPS = 1000  # gymnax's `max_steps_in_episode`
 
 
 def register_envs() -> None:
@@ -25,4 +27,10 @@ def register_envs() -> None:
             id=BREAKOUT_ID,
             vector_entry_point="fruit_env.games.minatar_breakout.env:BreakoutVectorEnv",
             max_episode_steps=BREAKOUT_MAX_EPISODE_STEPS,
+        )
+    if ASTERIX_ID not in gym.registry:  # Asterix-MinAtar-v0: `make_vec` only, as Breakout
+        gym.register(
+            id=ASTERIX_ID,
+            vector_entry_point="fruit_env.games.minatar_asterix.env:AsterixVectorEnv",
+            max_episode_steps=ASTERIX_MAX_EPISODE_STEPS,
         )
