@@ -105,8 +105,8 @@ class TensorVectorEnv(VectorEnv):
         self._stepper = rule_check.FirstStepCheck(stepper, game, self.layout)
         self._deferred: actions.DeferredCheck | None = None  # made by the first deferred setting
         self.validate_actions = validate_actions  # type: ignore[assignment]
-        # Unseeded sub-envs play the seeds after one fresh from OS entropy (any size, at once).
         self._rules = rules_tag(game, self.device)  # what every snapshot carries
+        # Unseeded sub-envs play the seeds after one fresh from OS entropy (any size, at once).
         self._key = rng.range_keys(int(rng.fresh_seeds(1)[0]), self.num_envs, self.device)
         self._counter = _outside_inference(
             torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
