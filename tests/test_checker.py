@@ -329,6 +329,30 @@ class WrongShape(FakeEnv):
         return torch.cat([super()._obs(), torch.zeros(self.num_envs, 1)], 1)
 
 
+class IntReward(FakeEnv):
+    """Rewards as int64 tensors (a rule that forgot its dtype)."""
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        obs, reward, *rest = super().step(actions)
+        return (obs, reward.to(torch.int64), *rest)
+
+
+class DoubleReward(FakeEnv):
+    """Rewards as float64 tensors: a torch env gives float32."""
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        obs, reward, *rest = super().step(actions)
+        return (obs, reward.double(), *rest)
+
+
+class NumpyIntReward(FakeEnv):
+    """Rewards as a numpy int64 array."""
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        obs, reward, *rest = super().step(actions)
+        return (obs, reward.numpy().astype(np.int64), *rest)
+
+
 class NoFinalObs(FakeEnv):
     def final_info(self, final: torch.Tensor, ended: np.ndarray) -> dict[str, Any]:
         return {}
@@ -516,6 +540,9 @@ def test_the_conforming_fake_passes(mode: str) -> None:
         (OutOfBounds, "NEXT_STEP", "spaces", "outside single_observation_space"),
         (RewardShape, "NEXT_STEP", "spaces", "step 0: reward shape (4, 1), expected (4,)"),
         (IntTerminated, "NEXT_STEP", "spaces", "step 0: terminated dtype int64, expected bool"),
+        (IntReward, "NEXT_STEP", "spaces", "step 0: reward dtype torch.int64, expected"),
+        (DoubleReward, "NEXT_STEP", "spaces", "reward dtype torch.float64, expected torch.float32"),
+        (NumpyIntReward, "NEXT_STEP", "spaces", "reward dtype int64, expected float32 or float64"),
         (WrongFinalMask, "SAME_STEP", "autoreset", "info['_final_obs'] is"),
         (MixedDevices, "NEXT_STEP", "spaces", "torch outputs on ['cpu', 'meta']"),
         (ForgetsRandomness, "NEXT_STEP", "state_snapshots", FORGOTTEN),

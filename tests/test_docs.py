@@ -83,3 +83,49 @@ def test_gpu_check_refuses_without_cuda_in_one_line() -> None:
     )
     assert done.returncode == 2
     assert done.stdout.strip().count("\n") == 0 and "needs a CUDA GPU" in done.stdout
+
+
+# A path a page may name without it being in the tree: what a script writes when it runs.
+WRITTEN_WHEN_RUN = {"benchmarks/results/gpu_check.json"}  # scripts/gpu_check.py, on a GPU
+PATH = re.compile(
+    r"(?<![\w/.-])(?:fruit_env|grpo_trainer|benchmarks|examples|scripts|tests|docs)/[\w/.-]*"
+)
+LINK = re.compile(r"\]\(((?!https?:|mailto:|#)[^)#\s]+)(?:#[^)]*)?\)")
+
+
+def _paths(line: str) -> list[str]:
+    """The repository paths `line` names; a pattern (`train_ab_*`, `suite_<task>`) is none."""
+    found = []
+    for match in PATH.finditer(line):
+        if line[match.end() : match.end() + 1] not in ("*", "<"):
+            found.append(match.group().rstrip("./-"))
+    return found
+
+
+def _pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_every_path_a_page_names_exists() -> None:
+    """README and docs/ name no file or folder that is gone (a deleted script, a moved
+    result, a module folded into another): a path of the tree, a `.py` module path without
+    its suffix, or a relative link, resolved from the page's folder."""
+    missing = []
+    for page in _pages():
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            for name in _paths(line):
+                found = (ROOT / name).exists() or (ROOT / f"{name}.py").exists()
+                if not found and name not in WRITTEN_WHEN_RUN:
+                    missing.append(f"{page.relative_to(ROOT)}:{number}: {name}")
+            for target in LINK.findall(line):
+                if not (page.parent / target).exists():
+                    missing.append(f"{page.relative_to(ROOT)}:{number}: link {target}")
+    assert not missing, "\n".join(missing)
+
+
+def test_the_path_check_sees_a_deleted_script_and_a_broken_link() -> None:
+    line = "run `python benchmarks/time_to_target.py` ([results](../benchmarks/gone.json))"
+    assert _paths(line) == ["benchmarks/time_to_target.py"]
+    assert LINK.findall(line) == ["../benchmarks/gone.json"]
+    assert not (ROOT / "benchmarks" / "time_to_target.py").exists()
+    assert _paths("`benchmarks/results/train_ab_*.json`, `benchmarks/results/suite_<task>`") == []

@@ -219,6 +219,22 @@ def test_other_autoreset_modes_are_refused(mode: str) -> None:
         SB3VecEnv.make(2, autoreset_mode=mode)
 
 
+def test_the_refusal_names_the_users_own_env() -> None:
+    """A game of the user's own (examples/own_env.py), registered or built directly: the
+    error names it and how to build it in SAME_STEP mode, not Fruit Catcher."""
+    own_env = load_module(EXAMPLE.parent / "own_env.py", "own_env_for_sb3")
+    with pytest.raises(ValueError, match="SAME_STEP") as registered:
+        SB3VecEnv(gym.make_vec("TreasureHunt-v0", num_envs=2))
+    with pytest.raises(ValueError, match="SAME_STEP") as built:
+        SB3VecEnv(own_env.make(2, autoreset_mode="DISABLED"))
+    for refused in (registered, built):
+        assert "FruitCatcher" not in str(refused.value)
+    assert "gym.make_vec('TreasureHunt-v0', num_envs, autoreset_mode='SAME_STEP')" in str(
+        registered.value
+    )
+    assert "TensorVectorEnv(TreasureHunt(...), n, autoreset_mode='SAME_STEP')" in str(built.value)
+
+
 def test_non_vector_envs_and_numpy_views_are_refused() -> None:
     with pytest.raises(TypeError, match=r"wraps a gymnasium\.vector\.VectorEnv"):
         SB3VecEnv(gym.make(ENV_ID))  # type: ignore[arg-type]

@@ -105,7 +105,9 @@ def test_masks_refused_by_the_reference_are_refused(mask: Any) -> None:
     assert _outcome(host_mask, mask, 3) is ValueError
 
 
-@pytest.mark.parametrize("seed", [7, np.int64(2**40), [5, None, 0, 9], [None] * 4])
+@pytest.mark.parametrize(
+    "seed", [7, np.int64(2**40), [5, None, 0, 9], [None] * 4, 2**64 - 2, [2**64 - 1] * 4]
+)
 def test_per_env_seeds_seed_the_same_sub_envs_alike(seed: Any) -> None:
     """An int seeds sub-env i with seed + i, a list one per sub-env, None none: the same
     seeds, so the same keys, as the env's own seeding."""
@@ -117,7 +119,7 @@ def test_per_env_seeds_seed_the_same_sub_envs_alike(seed: Any) -> None:
     assert np.array_equal(rng.seed_keys(chosen), keys[given].numpy())
 
 
-@pytest.mark.parametrize("seed", [True, "3", [1, 2], 1.5])
+@pytest.mark.parametrize("seed", [True, "3", [1, 2], 1.5, -1, 2**64, [0, 2**70, None, 1]])
 def test_seeds_refused_by_the_reference_are_refused(seed: Any) -> None:
     assert _outcome(inputs.seeded_keys, seed, torch.ones(4, dtype=torch.bool), CPU) is ValueError
     assert _outcome(per_env_seeds, seed, 4) is ValueError

@@ -48,6 +48,29 @@ from fruit_env.kit.inputs import parse_autoreset_mode
 __all__ = ["SB3VecEnv"]
 
 
+def _described(env: VectorEnv) -> str:
+    """The env as its user knows it: its registered id, else its class (and game)."""
+    spec = getattr(env, "spec", None) or getattr(env.unwrapped, "spec", None)
+    inner = env.unwrapped
+    game = getattr(inner, "game", None)
+    name = type(inner).__name__ + (f" of {type(game).__name__}" if game is not None else "")
+    return f"{spec.id!r} ({name})" if getattr(spec, "id", None) else name
+
+
+def _same_step_hint(env: VectorEnv) -> str:
+    """How to build this env in SAME_STEP mode: the user's own constructor call."""
+    spec = getattr(env, "spec", None) or getattr(env.unwrapped, "spec", None)
+    if getattr(spec, "id", None):
+        return f"gym.make_vec({spec.id!r}, num_envs, autoreset_mode='SAME_STEP')"
+    inner = env.unwrapped
+    if isinstance(inner, FruitCatcherVectorEnv):
+        return "FruitCatcherVectorEnv(n, autoreset_mode='SAME_STEP') or SB3VecEnv.make(n)"
+    game = getattr(inner, "game", None)
+    if game is not None:
+        return f"{type(inner).__name__}({type(game).__name__}(...), n, autoreset_mode='SAME_STEP')"
+    return f"{type(inner).__name__}(..., autoreset_mode='SAME_STEP')"
+
+
 class _Field(NamedTuple):
     """Where one output lives in a row of the packed buffer, and how to read it back."""
 
@@ -133,8 +156,8 @@ class SB3VecEnv(VecEnv):
         if parse_autoreset_mode(mode) != AutoresetMode.SAME_STEP:
             raise ValueError(
                 "SB3VecEnv needs an env with autoreset_mode=SAME_STEP (SB3 expects the reset "
-                f"observation on the step an episode ends), got {mode!r}; build it with "
-                "FruitCatcherVectorEnv(n, autoreset_mode='SAME_STEP') or SB3VecEnv.make(n)"
+                f"observation on the step an episode ends), got {mode!r} from "
+                f"{_described(env)}; build it with {_same_step_hint(env)}"
             )
         self.env = env
         self.device = env_device(env)

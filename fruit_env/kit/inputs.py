@@ -7,8 +7,9 @@ are the action check's (`actions.py`), not these functions'.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -71,37 +72,59 @@ def seeded_keys(
     seed: int | Sequence[int | None] | None, mask: torch.Tensor, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Which sub-envs (among `mask`) get a new random key from `seed`, and the keys; None
-    when no seed is given. An int seeds sub-env i with `seed + i`; a list gives one seed per
-    sub-env, `None` entries none."""
+    when no seed is given. An int seeds sub-env i with `seed + i` (modulo 2**64); a list gives
+    one seed per sub-env, `None` entries none. Every seed must be an int in [0, 2**64)."""
     if seed is None:
         return None
     n = mask.shape[0]
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_)):
-        base = rng.normalize_seed(seed)
-        seeds = (np.arange(n, dtype=np.uint64) + np.uint64(base % 2**64)).astype(np.uint64)
-        given = np.ones(n, dtype=bool)
-    elif isinstance(seed, Sequence) and not isinstance(seed, str):
+        return mask, rng.range_keys(rng.normalize_seed(seed), n, device)  # seed + i, mod 2**64
+    if isinstance(seed, Sequence) and not isinstance(seed, str):
         if len(seed) != n:
             raise ValueError(f"seed list must have num_envs={n} entries, got {len(seed)}")
         given = np.array([s is not None for s in seed], dtype=bool)
         seeds = np.array(
-            [0 if s is None else rng.normalize_seed(s) % 2**64 for s in seed], dtype=np.uint64
+            [0 if s is None else rng.normalize_seed(s, "each seed") for s in seed],
+            dtype=np.uint64,
         )
-    else:
-        raise ValueError(f"seed must be an int, a list of num_envs ints, or None; got {seed!r}")
-    keys = torch.from_numpy(rng.seed_keys(seeds)).to(device)
-    return torch.from_numpy(given).to(device) & mask, keys
+        keys = torch.from_numpy(rng.seed_keys(seeds)).to(device)
+        return torch.from_numpy(given).to(device) & mask, keys
+    raise ValueError(f"seed must be an int, a list of num_envs ints, or None; got {seed!r}")
 
 
-def as_index(index: Any, device: torch.device) -> torch.Tensor:
-    """Sub-env indices (a 1-D integer tensor or array) as int64 on `device`."""
+def as_index(index: Any, device: torch.device, num_envs: int | None = None) -> torch.Tensor:
+    """Sub-env indices (a 1-D integer tensor or array) as int64 on `device`, each in
+    `[0, num_envs)` when `num_envs` is given. The range is checked where the values are in
+    host memory and the env's are not (an array, or a CPU tensor for a GPU env: no sync);
+    an index on the env's own CPU is checked by the gather that uses it (`index_errors`)."""
     if not isinstance(index, torch.Tensor):
         index = torch.from_numpy(_integer_array(index, "index"))
     if index.dim() != 1 or index.dtype.is_floating_point or index.dtype == torch.bool:
         raise ValueError(
             f"index must be a 1-D integer tensor, got {index.dtype} {tuple(index.shape)}"
         )
+    host = index.device.type == "cpu" and device.type != "cpu"
+    if num_envs is not None and host and len(index):
+        low, high = int(index.min()), int(index.max())
+        if low < 0 or high >= num_envs:
+            raise ValueError(_out_of_range(low if low < 0 else high, num_envs))
     return index.to(device, torch.int64)
+
+
+@contextlib.contextmanager
+def index_errors(index: torch.Tensor, num_envs: int) -> Iterator[None]:
+    """Turn torch's error for a sub-env `index` out of range (a gather on the CPU) into a
+    `ValueError` that names `index` (on a GPU it is a device-side assert: check there first)."""
+    try:
+        yield
+    except IndexError:
+        bad = index[(index < 0) | (index >= num_envs)].tolist()  # an error path: read freely
+        raise ValueError(_out_of_range(bad[0] if bad else None, num_envs)) from None
+
+
+def _out_of_range(value: int | None, num_envs: int) -> str:
+    got = "" if value is None else f", got {value}"
+    return f"index entries must be sub-envs in [0, {num_envs}) (num_envs={num_envs}){got}"
 
 
 def resolve_device(device: str | torch.device) -> torch.device:

@@ -96,15 +96,31 @@ def seed_key(seed: int) -> int:
     return mix32((seed & MASK32) ^ mix32((seed >> 32) ^ _GOLDEN))
 
 
+SEED_LIMIT = 2**64  # seeds are 64-bit: a larger one would play the game of its residue
+
+
 def normalize_seed(seed: object, name: str = "seed") -> int:
-    """Check that a seed is a non-negative int, as Gymnasium requires."""
+    """Check that a seed is an int in [0, 2**64), as Gymnasium requires non-negative seeds and
+    the key takes 64 bits (refused rather than folded: seed 2**70 would play seed 0's game)."""
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise ValueError(f"{name} must be a non-negative int or None, got {seed!r}")
     if seed < 0:
         raise ValueError(f"{name} must be non-negative, got {seed}")
+    if seed >= SEED_LIMIT:
+        raise ValueError(f"{name} must be below 2**64 (seeds are 64-bit), got {seed}")
     return int(seed)
 
 
 def fresh_seeds(n: int) -> np.ndarray:
-    """n seeds from OS entropy, for `reset(seed=None)` before any seed was given."""
+    """n seeds from OS entropy (for a single env; a vector env takes `range_keys` of one)."""
     return np.random.SeedSequence().generate_state(n, dtype=np.uint64)
+
+
+def range_keys(base: int, n: int, device: torch.device) -> torch.Tensor:
+    """The keys of the seeds `base, base + 1, ..., base + n - 1` (mod 2**64), `seed_keys`'s
+    values computed on `device`: no host array of `n` seeds, so that any `num_envs` (even
+    2**31 on the meta device) is seeded at once."""
+    base %= SEED_LIMIT
+    low = torch.arange(n, dtype=torch.int64, device=device) + (base & MASK32)  # < 2**63
+    high = (low >> 32) + (base >> 32)  # the carry of the low word
+    return mix32((low & MASK32) ^ mix32((high & MASK32) ^ _GOLDEN))

@@ -6,7 +6,7 @@ step to two objects chosen before the first step, so that `step` tests no flag:
 * the stepper, chosen at construction (`compile=`, `compiled.stepper`): the autoreset
   mode's step run eagerly on the game (or on its faster eager form), or the same step
   compiled once per machine by AOTInductor and cached on disk. All give the same games bit
-  for bit;
+  for bit. Its first step checks the game's rule outputs once (`rule_check.py`);
 * the action check, chosen when `validate_actions` is set (`actions.py`).
 
 What callers pass is checked and converted by `inputs.py`. No step syncs with the device,
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -26,18 +26,11 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from fruit_env.kit import actions, compiled, inputs, rng
+from fruit_env.kit import actions, compiled, inputs, rng, rule_check
 from fruit_env.kit.autoreset import Running
 from fruit_env.kit.game import TensorGame
 from fruit_env.kit.layout import Layout, Packed, packed
-
-
-class SubEnvSnapshot(NamedTuple):
-    """The state of some sub-envs, one column (`packed`) or entry per sub-env."""
-
-    packed: torch.Tensor  # (rows + 1, n) int32: the game's packed rows (`layout.py`), pending
-    key: torch.Tensor  # (n,) int64
-    counter: torch.Tensor  # (n,) int64
+from fruit_env.kit.snapshots import SubEnvSnapshot, checked, rules_tag
 
 
 class TensorVectorEnv(VectorEnv):
@@ -107,13 +100,14 @@ class TensorVectorEnv(VectorEnv):
             * np.dtype(game.observation_space.dtype or np.float32).itemsize
         )
         inputs.check_size(game, 4 * self.layout.rows, obs_bytes, self.num_envs, self.device)
-        self._stepper = compiled.stepper(
-            compile, game, self.layout, mode, self.num_envs, self.device
-        )
+        stepper = compiled.stepper(compile, game, self.layout, mode, self.num_envs, self.device)
+        self.compiled = isinstance(stepper, compiled.CompiledStepper)  # which step runs
+        self._stepper = rule_check.FirstStepCheck(stepper, game, self.layout)
         self._deferred: actions.DeferredCheck | None = None  # made by the first deferred setting
         self.validate_actions = validate_actions  # type: ignore[assignment]
-        self.compiled = isinstance(self._stepper, compiled.CompiledStepper)  # which step runs
-        self._key = torch.from_numpy(rng.seed_keys(rng.fresh_seeds(self.num_envs))).to(self.device)
+        self._rules = rules_tag(game, self.device)  # what every snapshot carries
+        # Unseeded sub-envs play the seeds after one fresh from OS entropy (any size, at once).
+        self._key = rng.range_keys(int(rng.fresh_seeds(1)[0]), self.num_envs, self.device)
         self._counter = _outside_inference(
             torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         )
@@ -245,18 +239,21 @@ class TensorVectorEnv(VectorEnv):
     # -- sub-env state snapshots (the duck-typed protocol in docs/env.md) ------------------------
 
     def snapshot_state(self, index: Any) -> SubEnvSnapshot:
-        """The state of sub-envs `index` (a 1-D integer tensor or array), one row per entry.
+        """The state of sub-envs `index` (a 1-D integer tensor or array), one row per entry,
+        and the rules it is taken under.
 
         Device tensors, gathered without a host sync: cheap enough to call every few steps.
         """
         if self._needs_reset:
             raise RuntimeError("call reset() before snapshot_state()")
-        index = inputs.as_index(index, self.device)
-        chosen = _select_rows(self._running, index)
+        index = inputs.as_index(index, self.device, self.num_envs)
+        with inputs.index_errors(index, self.num_envs):
+            chosen = _select_rows(self._running, index)
         return SubEnvSnapshot(
             self._pack(chosen),
             self._key.index_select(0, index),
             self._counter.index_select(0, index),
+            self._rules,
         )
 
     def restore_state(self, index: Any, snapshot: SubEnvSnapshot) -> None:
@@ -265,27 +262,17 @@ class TensorVectorEnv(VectorEnv):
         A restored sub-env continues exactly as the snapshot's source would have (same
         randomness, same rewards for the same actions), whatever its neighbours do: its
         randomness is its key and counter, which travel with the snapshot. Its observation
-        is the source's.
+        is the source's. A snapshot taken under other rules (another game, or other
+        parameters of this one) is refused with a `ValueError` naming both (`snapshots.py`).
         """
         if self._needs_reset:
             raise RuntimeError("call reset() before restore_state()")
-        index = inputs.as_index(index, self.device)
-        if not isinstance(snapshot, (tuple, list)) or len(snapshot) != len(SubEnvSnapshot._fields):
-            raise ValueError(
-                "snapshot must be what snapshot_state() returned (or its tensors as a tuple), "
-                f"got {type(snapshot).__name__}"
-            )
-        snapshot = SubEnvSnapshot(*snapshot)
-        expected = (self.layout.rows + 1, len(index))
-        if tuple(snapshot.packed.shape) != expected or snapshot.key.shape != (len(index),):
-            raise ValueError(
-                f"snapshot has {snapshot.key.shape[0]} rows of shape "
-                f"{tuple(snapshot.packed.shape[:1])}, index has {len(index)} entries of "
-                f"({expected[0]},): it is from another env or another index"
-            )
+        index = inputs.as_index(index, self.device, self.num_envs)
+        snapshot = checked(snapshot, self.layout.rows, len(index), self._rules, self.game)
         snapshot = SubEnvSnapshot(*(t.to(self.device) for t in snapshot))
         # New tensors, not writes into the old ones: what was handed out before never changes.
-        rows = self._pack(self._running).index_copy(1, index, snapshot.packed)
+        with inputs.index_errors(index, self.num_envs):
+            rows = self._pack(self._running).index_copy(1, index, snapshot.packed)
         self._running = Running(packed(rows[:-1]), rows[-1] != 0)
         self._key = self._key.index_copy(0, index, snapshot.key)
         self._counter = _outside_inference(self._counter.index_copy(0, index, snapshot.counter))

@@ -42,15 +42,17 @@ def host_mask(mask: Any, num_envs: int) -> np.ndarray:
 
 
 def per_env_seeds(seed: int | Sequence[int | None] | None, num_envs: int) -> list[int | None]:
-    """One seed (or None) per sub-env: an int `s` gives sub-env `i` the seed `s + i`, as
-    Gymnasium's vector envs do."""
+    """One seed (or None) per sub-env: an int `s` gives sub-env `i` the seed `s + i` (modulo
+    2**64), as Gymnasium's vector envs do; every seed is 64-bit."""
     if seed is None:
         return [None] * num_envs
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        return [int(seed) + i for i in range(num_envs)]
+        if not 0 <= seed < 2**64:
+            raise ValueError(f"seed must be an int in [0, 2**64), got {seed}")
+        return [(int(seed) + i) % 2**64 for i in range(num_envs)]
     if isinstance(seed, Sequence) and not isinstance(seed, str) and len(seed) == num_envs:
         for s in seed:
-            if s is not None and not (isinstance(s, (int, np.integer)) and s >= 0):
-                raise ValueError(f"seeds must be non-negative ints or None, got {s!r}")
+            if s is not None and not (isinstance(s, (int, np.integer)) and 0 <= s < 2**64):
+                raise ValueError(f"seeds must be ints in [0, 2**64) or None, got {s!r}")
         return [None if s is None else int(s) for s in seed]
     raise ValueError(f"seed must be an int, None or a list of {num_envs} seeds, got {seed!r}")

@@ -327,15 +327,20 @@ def _obs_problems(play: EnvPlayer, obs: Any, where: str) -> list[str]:
 
 
 def _output_problems(n: int, where: str, **outputs: Any) -> list[str]:
-    """Rewards are numbers, `terminated` and `truncated` bools, each of shape `(n,)`."""
+    """Rewards are floats (float32 as torch tensors: an int64 or float64 reward is a rule
+    that forgot its dtype; numpy float64 is what Gymnasium's `SyncVectorEnv` gives),
+    `terminated` and `truncated` bools, each of shape `(n,)`."""
     problems = []
     for name, value in outputs.items():
         array, flag = _np(value), name != "reward"
         if array.shape != (n,):
             problems.append(f"{where}: {name} shape {array.shape}, expected ({n},)")
-        elif (array.dtype.kind == "b") != flag or array.dtype.kind not in "fiub":
-            want = "bool" if flag else "a number"
-            problems.append(f"{where}: {name} dtype {array.dtype}, expected {want}")
+        elif flag and array.dtype.kind != "b":
+            problems.append(f"{where}: {name} dtype {array.dtype}, expected bool")
+        elif not flag and isinstance(value, torch.Tensor) and value.dtype != torch.float32:
+            problems.append(f"{where}: reward dtype {value.dtype}, expected torch.float32")
+        elif not flag and array.dtype.kind != "f":
+            problems.append(f"{where}: reward dtype {array.dtype}, expected float32 or float64")
     return problems
 
 
