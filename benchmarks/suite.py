@@ -10,9 +10,14 @@
     python benchmarks/suite.py fruit --throughput 20 --peers grpo \
         --set '4096 envs={"num_groups": 512}'                    # env-steps/s of each row
     python benchmarks/suite.py cartpole --budget 4096 --seeds 0 --peers grpo  # smoke
+    python benchmarks/suite.py breakout freeway asterix space_invaders --wallclock \
+        --name wallclock                                         # GRPO on PPO's seconds
     python benchmarks/suite.py --table                           # markdown for docs/trainer.md
 
-Rows. Every task (`TASKS`: env, budget, threshold, the peers' envs) is trained by rows:
+Rows. Every task (`TASKS`: GRPO's env, budget, threshold, each peer's env: `Task.env_for`)
+is trained by rows; MinAtar's GRPO rows train the kit's torch games (`fruit_env:Breakout-
+MinAtar-v0`, ...), the PPO peer gymnax's, and a study whose GRPO game is not registered
+stops before it starts, naming the id:
 
 * `grpo`: the defaults, trained through the path a user takes. The config comes from the
   train command's own parser and resolution, `config_from_args(build_parser().parse_args(
@@ -34,20 +39,28 @@ Rows. Every task (`TASKS`: env, budget, threshold, the peers' envs) is trained b
   time apart from its training time); `sb3`, Stable-Baselines3 PPO with RL-Zoo's settings
   (MinAtar: SB3's defaults, `MlpPolicy` on the flattened planes of the `minatar` package).
 
-What is measured. The greedy policy (most likely action, Gaussian mean) plays
-`--eval-episodes` episodes (100) on envs of its own every tenth of the budget (or every
-`--eval-every` env steps), at the first update past each mark, and at the end; evaluation is
-timed apart from training. Per run: the curve (env steps, training seconds, greedy value),
-the env steps and training seconds at the first evaluation at or above the threshold (None
-if none), the final greedy value, the training seconds and env steps per second. The value
-is the mean return, or Fruit Catcher's catch rate. GRPO's training seconds are the wall time
-of `train()` up to each update, evaluations taken out (the first update included: on a
+What is measured. The greedy policy (most likely action, Gaussian mean) and the sampled one
+(actions drawn as in training) each play `--eval-episodes` episodes (100, the same games) on
+envs of their own every tenth of the budget (or every `--eval-every` env steps), at the first
+update past each mark, and at the end; evaluation is timed apart from training. Per run: the
+curve (env steps, training seconds, `elapsed_s` with the peer's compile added, greedy and
+sampled value), the env steps and training seconds at the first evaluation at or above the
+threshold (None if none), the final greedy and sampled values, the training seconds and env
+steps per second. The value is the mean return, or Fruit Catcher's catch rate. GRPO's
+training seconds are the wall time since `train()` was called up to each update,
+evaluations taken out (the first update included: on a
 gymnax env it holds the JIT compile of the env's step, `first_update_s` shows it); the JAX
 peer's compile is reported apart (`compile_s`). MinAtar's threshold is the PPO peer's median
 final greedy return in the same study (so "reached" reads "as good as PPO's typical final
 policy"), else a named constant (none for Asterix and SpaceInvaders, whose rows then only
 report returns). A median "to threshold" over runs counts a run that never got there as
 infinitely late: it is None unless more than half of the runs got there.
+`--wallclock` (`benchmarks/suite_wallclock.py`) runs the PPO peer first for each (task,
+seed) and gives every GRPO row of that seed its `elapsed_s` (compile, set-up and training)
+as a time budget on the same core: a calibration run sets the env steps the budget buys (the
+learning-rate schedule anneals over them), and the run stops when its training has taken
+the budget (its `stop_reason` names it); per seed the JSON's `versus_peer_wallclock` sets
+both side by side, with the time each took to reach the peer's final greedy return.
 `--stop-at-threshold` ends each GRPO run after the evaluation that reaches a fixed threshold
 (a time-to-target study; its final value is then that evaluation's). `--throughput N` trains
 each GRPO row for N timed updates after one untimed one, no evaluation, and reports the
