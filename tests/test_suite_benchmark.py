@@ -587,3 +587,34 @@ def test_a_grpo_run_stops_at_its_time_budget_with_both_evaluations(
     assert last["eval_sampled"] is not None and record["time_budget_s"] == 1e-9
     unlimited = runs_module.run_grpo(task, grpo_job(budget=2048, flags=["--num-groups", "2"]))
     assert unlimited["stop_reason"] is None and unlimited["env_steps"] >= 2048
+
+
+@pytest.mark.slow
+def test_smoke_wallclock_study_gives_grpo_the_peers_seconds_on_its_core(tmp_path: Path) -> None:
+    pytest.importorskip("gymnax")
+    command = [sys.executable, str(SCRIPT), "cartpole", "--wallclock", "--budget", "4096"]
+    command += ["--seeds", "0", "--calibrate", "2", "--eval-episodes", "5"]
+    command += ["--results", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "suite_cartpole.json").read_text())
+    assert result["wallclock"] and result["peers"] == ["ppo_jax", "grpo"]
+    assert result["envs"] == {"ppo_jax": "CartPole-v1", "grpo": "CartPole-v1"}
+    (ppo,), (grpo,) = result["runs"]["ppo_jax"], result["runs"]["grpo"]
+    assert ppo["elapsed_s"] >= ppo["compile_s"] + ppo["train_s"]
+    assert grpo["time_budget_s"] == ppo["elapsed_s"] and grpo["cpu"] == ppo["cpu"]
+    assert grpo["cpus_allowed"] == ppo["cpus_allowed"] == [ppo["cpu"]]
+    assert grpo["config"]["total_env_steps"] == grpo["estimated_env_steps"]
+    assert grpo["calibrations"][0]["budget"] == 4096
+    # the clock or the estimated env steps ended it, and the record says which
+    by_clock = grpo["stop_reason"] is not None
+    assert by_clock or grpo["env_steps"] >= grpo["estimated_env_steps"]
+    assert not by_clock or grpo["stop_reason"].startswith("the time budget")
+    for record in (ppo, grpo):
+        assert record["final_eval"] is not None and record["final_eval_sampled"] is not None
+    (seed,) = result["versus_peer_wallclock"]["grpo"]["seeds"]
+    assert (
+        seed["budget_s"] == ppo["elapsed_s"] and seed["peer"]["final_greedy"] == ppo["final_eval"]
+    )
+    assert seed["grpo"]["final_sampled"] == grpo["final_eval_sampled"]
