@@ -667,9 +667,12 @@ def _line(name: str, record: dict[str, Any], path: Path) -> str:
     )
     final = record["final_eval"]
     shown = "-" if final is None else f"{final:.3g}"
+    sampled = record.get("final_eval_sampled")
+    compiled = f", {record['elapsed_s']:.1f} s with compile" if record.get("compile_s") else ""
     return (
-        f"{head} final greedy {shown}, {to}; {record['env_steps']:,} steps "
-        f"in {record['train_s']:.1f} s ({record['env_steps_per_s'] or 0:,.0f}/s) -> {path.name}"
+        f"{head} final greedy {shown}, sampled {'-' if sampled is None else f'{sampled:.3g}'}, "
+        f"{to}; {record['env_steps']:,} steps in {record['train_s']:.1f} s{compiled} "
+        f"({record['env_steps_per_s'] or 0:,.0f}/s) -> {path.name}"
     )
 
 
