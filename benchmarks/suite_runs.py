@@ -91,6 +91,7 @@ def _probe_class(base: type) -> type:
             self.env_steps: list[int] = []
             self.train_s = self.eval_s = 0.0
             self.stopping: str | None = None  # why this probe asked the run to stop
+            self.raised = False  # it ended the run itself (a tree without request_stop)
             self.start = self.last = time.perf_counter()
 
         def begin(self) -> None:
@@ -133,6 +134,7 @@ def _probe_class(base: type) -> type:
                     not self.curve or self.curve[-1]["env_steps"] != self.env_steps[-1]
                 ):
                     self.curve.append(_point(self.env_steps[-1], self.train_s, *self._evaluate()))
+                self.raised = True
                 raise _Enough
             request(reason)
 
@@ -215,7 +217,9 @@ def run_grpo(task: Task, job: dict[str, Any]) -> dict[str, Any]:
         "setup_s": round(setup_s, 4),
         "eval_s": round(probe.eval_s, 4),
         "time_budget_s": time_budget_s,
-        "stop_reason": getattr(trainer, "stop_reason", None) or probe.stopping,
+        # why the run ended before its env steps, as the trainer recorded it (a request made
+        # at the update that used up the env steps ends nothing: None)
+        "stop_reason": probe.stopping if probe.raised else getattr(trainer, "stop_reason", None),
         **_totals(trainer.env_steps, probe.train_s, probe.curve),
     }
     if throughput:  # the first update, then `throughput` timed ones (a stop adds one more)
