@@ -27,9 +27,10 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from suite_tasks import PEER
+
 CALIBRATION_UPDATES = 8  # timed updates of the calibration run (after an untimed first)
 CALIBRATIONS = 3  # at most: the last at a budget whose update size its estimate keeps
-PEER = "ppo_jax"
 
 
 def run_wallclock(
@@ -104,12 +105,12 @@ def _side(run: dict[str, Any], ppo_final: float | None) -> dict[str, Any]:
 
 
 def side_by_side(runs: dict[str, list[dict[str, Any]]], peer: str) -> dict[str, Any] | None:
-    """Per GRPO row and seed, beside the peer's run of that seed: the time budget, the env
-    steps each used, the greedy and the sampled return at the end, and the time each took to
-    reach the peer's final greedy return of that seed. Then per row: the seeds where GRPO's
-    greedy return is at least the peer's, and the medians (a run that never got there
-    counting as infinitely late)."""
-    peer_runs = {r["seed"]: r for r in runs.get(peer, []) if "error" not in r}
+    """Per GRPO row and seed (and repeat), beside the peer's run that timed it: the time
+    budget, the env steps each used, the greedy and the sampled return at the end, and the
+    time each took to reach the peer's final greedy return of that seed. Then per row: the
+    seeds where GRPO's greedy return is at least the peer's, and the medians (a run that
+    never got there counting as infinitely late)."""
+    peer_runs = {(r["seed"], r.get("repeat", 0)): r for r in runs.get(peer, []) if "error" not in r}
     if not peer_runs:
         return None
     out: dict[str, Any] = {}
@@ -118,7 +119,7 @@ def side_by_side(runs: dict[str, list[dict[str, Any]]], peer: str) -> dict[str, 
             continue
         seeds = []
         for run in row_runs:
-            ppo = peer_runs.get(run["seed"])
+            ppo = peer_runs.get((run["seed"], run.get("repeat", 0)))  # the run it was timed by
             if ppo is None or "error" in run:
                 continue
             final = ppo.get("final_eval")
