@@ -618,3 +618,13 @@ def test_smoke_wallclock_study_gives_grpo_the_peers_seconds_on_its_core(tmp_path
         seed["budget_s"] == ppo["elapsed_s"] and seed["peer"]["final_greedy"] == ppo["final_eval"]
     )
     assert seed["grpo"]["final_sampled"] == grpo["final_eval_sampled"]
+
+
+def test_an_sb3_run_reports_its_greedy_and_sampled_returns(runs_module: Any) -> None:
+    pytest.importorskip("stable_baselines3")
+    task = runs_module.TASKS["cartpole"]
+    record = runs_module.run_sb3(task, {"seed": 0, "budget": 512, "eval_episodes": 3})
+    assert record["env_steps"] >= 512 and record["curve"]
+    for point in record["curve"]:
+        assert point["eval"] >= 8 and point["eval_sampled"] >= 8  # CartPole lasts 8+ steps
+    assert record["final_eval_sampled"] == record["curve"][-1]["eval_sampled"]
