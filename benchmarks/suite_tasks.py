@@ -189,7 +189,7 @@ def missing_env(env_id: str) -> str | None:
     except ModuleNotFoundError as err:
         return f"{env_id}: module {module!r} does not import ({err})"
     if name not in gym.registry:
-        return f"{env_id}: importing {module} registers no {name!r} (not written yet?)"
+        return f"{env_id}: importing {module} registers no {name!r}"
     return None
 
 
