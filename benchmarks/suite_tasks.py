@@ -1,7 +1,8 @@
 """The suite's tasks: each env, its budget and threshold, and how the peers run it.
 
 `benchmarks/suite.py` runs studies over them; `benchmarks/suite_runs.py` runs one of them in a
-worker process. Only the standard library: a worker pins itself before torch or JAX start.
+worker process. Only the standard library at import: a worker pins itself before torch or
+JAX start (`missing_env`, which the parent calls, imports Gymnasium when called).
 """
 
 from __future__ import annotations
