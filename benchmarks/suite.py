@@ -123,7 +123,12 @@ from suite_tasks import (  # noqa: E402
     missing_env,
     skip_reason,
 )
-from suite_wallclock import CALIBRATION_UPDATES, run_wallclock, side_by_side  # noqa: E402
+from suite_wallclock import (  # noqa: E402
+    CALIBRATION_UPDATES,
+    HEADROOM,
+    run_wallclock,
+    side_by_side,
+)
 
 WORKER = HERE / "suite_runs.py"  # one run, in a fresh process
 KINDS = ("grpo", "ppo_jax", "sb3")  # what --peers may name
@@ -513,6 +518,7 @@ class Study:
             "stop_at_threshold": args.stop_at_threshold,
             "wallclock": args.wallclock,
             "calibration_updates": args.calibrate if args.wallclock else None,
+            "wallclock_headroom": HEADROOM if args.wallclock else None,
             "timed_updates": args.throughput,
             "seeds": args.seeds,
             "repeats": args.repeats,

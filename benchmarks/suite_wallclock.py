@@ -8,16 +8,18 @@ A GRPO row then runs twice, each a fresh process on the same core:
 1. a calibration: the train command's config trains `CALIBRATION_UPDATES` updates after the
    first (`--throughput`'s measurement), giving the first update's seconds (where compiling
    happens) and the env-steps/s of the others;
-2. the run: `--total-env-steps` set to what the budget buys at that pace (`estimate_env_steps`),
-   and a time budget that stops it when its wall time since `train()` was called (compile
-   included, evaluation apart) reaches the PPO peer's.
+2. the run: `--total-env-steps` set to what the budget buys at that pace, with 10% headroom
+   (`estimate_env_steps`, `HEADROOM`), and a time budget that stops it when its wall time
+   since `train()` was called (compile included, evaluation apart) reaches the PPO peer's.
 
 Why calibrate: the defaults anneal the learning rate linearly over `total_env_steps`, so a
 run given a huge step budget and cut by the clock would stop at a high learning rate. With
 the estimate, the schedule ends near the budget: a run that goes faster than calibrated ends
 at its env steps a little early (its `stop_reason` is then None), a slower one is cut by the
-clock a little before the learning rate reaches 0 (`stop_reason` names the time budget).
-Both are recorded, with the estimate, so a reader sees which happened.
+clock a little before the learning rate reaches 0 (`stop_reason` names the time budget). The
+headroom makes the second the usual case: unused seconds would count against GRPO, a
+learning rate stopped at a tenth of its start barely matters. Both are recorded, with the
+estimate, so a reader sees which happened.
 """
 
 from __future__ import annotations
@@ -29,7 +31,12 @@ from typing import Any
 
 from suite_tasks import PEER
 
-CALIBRATION_UPDATES = 8  # timed updates of the calibration run (after an untimed first)
+CALIBRATION_UPDATES = 16  # timed updates of the calibration run (after an untimed first)
+# The estimate buys this much more than the calibrated pace: a pace the calibration
+# underestimated by up to 10% (one core's load drifts) still ends at the clock, using the
+# whole budget, while at the calibrated pace the clock stops the run with 9% of the
+# schedule left (the learning rate at 9% of its start) rather than leaving seconds unused.
+HEADROOM = 1.1
 CALIBRATIONS = 3  # at most: the last at a budget whose update size its estimate keeps
 
 
@@ -70,14 +77,14 @@ def run_wallclock(
 
 def estimate_env_steps(calibration: dict[str, Any], budget_s: float) -> int:
     """The env steps `budget_s` seconds buy: the first update (compiling included) as the
-    calibration timed it, then whole updates at its median pace; at least one update.
-    Raises `ValueError` for a calibration that timed no update."""
+    calibration timed it, then whole updates at its median pace times `HEADROOM`; at least
+    one update. Raises `ValueError` for a calibration that timed no update."""
     rate = calibration.get("median_update_env_steps_per_s")
     first_s, updates = calibration.get("first_update_s"), calibration.get("updates")
     if not rate or first_s is None or not updates:
         raise ValueError(f"the calibration timed no update: {calibration.get('error', '?')}")
     per_update = calibration["env_steps"] // updates
-    more = max(0.0, budget_s - first_s) * rate
+    more = max(0.0, budget_s - first_s) * rate * HEADROOM
     return per_update * (1 + math.floor(more / per_update))
 
 
