@@ -630,3 +630,45 @@ def test_an_sb3_run_reports_its_greedy_and_sampled_returns(runs_module: Any) -> 
     for point in record["curve"]:
         assert point["eval"] >= 8 and point["eval_sampled"] >= 8  # CartPole lasts 8+ steps
     assert record["final_eval_sampled"] == record["curve"][-1]["eval_sampled"]
+
+
+def test_a_wallclock_run_that_left_seconds_unused_runs_again_at_its_own_pace(
+    suite: Any,
+) -> None:
+    wallclock = sys.modules["suite_wallclock"]
+    jobs: list[dict[str, Any]] = []
+
+    def fake_run(job: dict[str, Any]) -> dict[str, Any]:
+        """Calibrated at 100k env-steps/s; a whole run goes at 200k/s, after a 1 s first
+        update; the clock stops it at the budget, else its env steps do."""
+        jobs.append(job)
+        if job.get("throughput"):
+            updates = job["throughput"] + 2
+            return {
+                "first_update_s": 1.0,
+                "median_update_env_steps_per_s": 100_000.0,
+                "updates": updates,
+                "env_steps": 1024 * updates,
+            }
+        seconds = 1.0 + (job["budget"] - 1024) / 200_000
+        clock = seconds >= job["time_budget_s"]
+        steps = job["budget"] if not clock else 1024 + int(200_000 * (job["time_budget_s"] - 1))
+        steps -= steps % 1024
+        return {
+            "env_steps": steps,
+            "updates": steps // 1024,
+            "first_update_s": 1.0,
+            "train_s": min(seconds, job["time_budget_s"]),
+            "elapsed_s": min(seconds, job["time_budget_s"]),
+            "stop_reason": "the time budget (9.00 s of training) is spent" if clock else None,
+        }
+
+    job = {"row": "grpo", "seed": 0, "repeat": 0, "cpu": 0, "budget": 1_000_000}
+    record = wallclock.run_wallclock(job, 9.0, 5, fake_run)
+    (aside,) = record["set_aside"]  # 880k env steps took 5.4 s of 9: run again
+    assert aside["env_steps"] == 1024 * 860 and aside["stop_reason"] is None
+    assert aside["elapsed_s"] < 0.95 * 9.0
+    # at its own pace (200k/s) with 10% headroom, the second run is cut by the clock
+    assert jobs[-1]["budget"] == record["estimated_env_steps"] > aside["env_steps"]
+    assert record["stop_reason"].startswith("the time budget")
+    assert len(jobs) == 3  # one calibration, two runs
