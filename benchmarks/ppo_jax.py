@@ -40,10 +40,11 @@ Adam eps 1e-5, orthogonal init (sqrt 2 hidden, 0.01 policy head, 1.0 value head)
 
 Timing is honest: training runs as a compiled function doing `chunk` updates, called
 repeatedly; compile time (ahead of time, `jit(...).lower(...).compile()`) is reported apart
-from `train_s`, the wall time of the chunk calls alone, and greedy evaluation is timed apart
-too. The PRNG key lives in the state, so a seed gives bit-identical results whatever the
-chunk size. `--threads 1` (the default) sets XLA_FLAGS before jax is imported, so XLA runs
-on one core, as our torch benchmarks run with one torch thread.
+from `train_s`, the wall time of the chunk calls alone, and evaluation (greedy, and by
+sampling the policy) is timed apart too. The PRNG key lives in the state, so a seed gives
+bit-identical results whatever the chunk size. `--threads 1` (the default) sets XLA_FLAGS
+before jax is imported, so XLA runs on one core, as our torch benchmarks run with one torch
+thread.
 """
 
 from __future__ import annotations
@@ -358,11 +359,11 @@ class Program(NamedTuple):
 
     init: Callable[[jax.Array], Runner]
     chunk: Callable[[Runner, int], tuple[Runner, tuple[jax.Array, jax.Array]]]
-    evaluate: Callable[[Params, Norm, jax.Array, int], jax.Array]
+    evaluate: Callable[[Params, Norm, jax.Array, int, bool], jax.Array]
 
 
 def make_program(spec: Spec, config: PPOConfig, num_updates: int) -> Program:
-    """Build init, chunk (`n` whole PPO updates) and greedy evaluation for one setting."""
+    """Build init, chunk (`n` whole PPO updates) and evaluation for one setting."""
     env, env_params = spec.env, spec.env_params
     n_envs, n_mb = config.num_envs, config.num_minibatches
     v_reset = jax.vmap(env.reset, in_axes=(0, None))
@@ -511,9 +512,12 @@ def make_program(spec: Spec, config: PPOConfig, num_updates: int) -> Program:
         """`n` PPO updates; per update, the sum and count of finished episodes' returns."""
         return jax.lax.scan(update, runner, None, n)
 
-    def evaluate(params: Params, norm: Norm, key: jax.Array, episodes: int) -> jax.Array:
-        """Undiscounted return of `episodes` greedy games (argmax / Gaussian mean), in
-        parallel, each counted up to its first end; observation statistics are frozen."""
+    def evaluate(
+        params: Params, norm: Norm, key: jax.Array, episodes: int, greedy: bool = True
+    ) -> jax.Array:
+        """Undiscounted return of `episodes` games in parallel, each counted up to its first
+        end, played greedily (argmax / Gaussian mean) or by sampling the policy as it trains
+        (`greedy=False`); observation statistics are frozen."""
         k_reset, key = jax.random.split(key)
         raw, env_state = v_reset(jax.random.split(k_reset, episodes), env_params)
         zeros = jnp.zeros(episodes, jnp.float32)
@@ -530,9 +534,13 @@ def make_program(spec: Spec, config: PPOConfig, num_updates: int) -> Program:
 
         def body(carry: tuple[Any, ...]) -> tuple[Any, ...]:
             env_state, obs, total, ended, key = carry
-            key, k_env = jax.random.split(key)
+            key, k_env = jax.random.split(key)  # the greedy games as before sampling came
             out, _ = _forward(params, obs, config.activation)
-            action = _env_action(spec, _greedy(spec, out))
+            if greedy:
+                chosen = _greedy(spec, out)
+            else:
+                chosen = _sample(spec, params, out, jax.random.fold_in(k_env, 1))
+            action = _env_action(spec, chosen)
             raw, env_state, reward, terminated, truncated, _ = v_step(
                 jax.random.split(k_env, episodes), env_state, action, env_params
             )
@@ -574,12 +582,14 @@ def train(
     """Train PPO on a gymnax env for `total_env_steps` (rounded down to whole updates).
 
     Returns the config, a curve with one row per chunk (env steps, training seconds so far,
-    mean return of the training episodes finished in that chunk, and a greedy evaluation
-    where one was due), `final_train_return` (the mean over envs of each env's last finished
-    training episode, PureJaxRL's `returned_episode_returns` at the end), `final_eval_return`
-    (greedy, `eval_episodes` games; None when 0), `compile_s`, `train_s`, `eval_s` and env
-    steps per second of training. Chunks default to `eval_every` env steps, else about a
-    twentieth of the budget. Functions compiled in this process are reused (compile_s 0).
+    mean return of the training episodes finished in that chunk, and a greedy and a sampled
+    evaluation where one was due), `final_train_return` (the mean over envs of each env's
+    last finished training episode, PureJaxRL's `returned_episode_returns` at the end),
+    `final_eval_return` (greedy, `eval_episodes` games; None when 0) and
+    `final_eval_sampled_return` (the same games, actions sampled), `compile_s`, `train_s`,
+    `eval_s` and env steps per second of training. Chunks default to `eval_every` env
+    steps, else about a twentieth of the budget. Functions compiled in this process are
+    reused (compile_s 0).
     """
     if isinstance(total_env_steps, bool) or not isinstance(total_env_steps, int):
         raise ValueError(f"total_env_steps must be an int, not {total_env_steps!r}")
@@ -616,18 +626,23 @@ def train(
         chunks[n], seconds = _compiled((*base, "chunk", n), fn, runner, n)
         compile_s += seconds
     eval_key = jax.random.fold_in(root, 1)
-    evaluate = None
+    evaluators: dict[bool, Any] = {}  # greedy (True) and sampled (False) play
     eval_compile_s = 0.0
-    if eval_episodes:
-        fn = jax.jit(program.evaluate, static_argnums=3)
-        evaluate, eval_compile_s = _compiled(
-            (*base, "eval", eval_episodes), fn, runner.params, runner.norm, eval_key, eval_episodes
-        )
+    for greedy in (True, False) if eval_episodes else ():
+        fn = jax.jit(program.evaluate, static_argnums=(3, 4))
+        args = (runner.params, runner.norm, eval_key, eval_episodes, greedy)
+        evaluators[greedy], seconds = _compiled((*base, "eval", eval_episodes, greedy), fn, *args)
+        eval_compile_s += seconds
+    evaluate = evaluators.get(True)
 
-    def greedy_return() -> tuple[float, float]:
+    def returns() -> tuple[float, float, float]:
+        """The greedy and the sampled mean return, and the seconds both took."""
         t = time.perf_counter()
-        returns = np.asarray(evaluate(runner.params, runner.norm, eval_key))
-        return float(returns.mean()), time.perf_counter() - t
+        means = [
+            float(np.asarray(evaluators[g](runner.params, runner.norm, eval_key)).mean())
+            for g in (True, False)
+        ]
+        return means[0], means[1], time.perf_counter() - t
 
     curve: list[dict[str, Any]] = []
     train_s = train_cpu_s = eval_s = 0.0
@@ -652,13 +667,14 @@ def train(
         last = done_updates == num_updates
         if evaluate is not None and eval_every and (steps // eval_every > eval_mark or last):
             eval_mark = steps // eval_every
-            row["eval_return"], seconds = greedy_return()
+            row["eval_return"], row["eval_return_sampled"], seconds = returns()
             eval_s += seconds
         curve.append(row)
 
     final_eval = curve[-1].get("eval_return")
+    final_sampled = curve[-1].get("eval_return_sampled")
     if evaluate is not None and final_eval is None:
-        final_eval, seconds = greedy_return()
+        final_eval, final_sampled, seconds = returns()
         eval_s += seconds
     last_returns = np.asarray(runner.last_return)
     finished = ~np.isnan(last_returns)
@@ -674,6 +690,7 @@ def train(
         "curve": curve,
         "final_train_return": float(last_returns[finished].mean()) if finished.any() else None,
         "final_eval_return": final_eval,
+        "final_eval_sampled_return": final_sampled,
         "eval_episodes": eval_episodes,
         "setup_s": round(setup_s, 4),
         "compile_s": round(compile_s, 4),
@@ -743,7 +760,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{args.env} seed {seed}: {run['env_steps']:,} env steps, "
             f"train return {_fmt(run['final_train_return'])}, "
-            f"greedy {_fmt(run['final_eval_return'])}, train {run['train_s']:.1f} s "
+            f"greedy {_fmt(run['final_eval_return'])}, "
+            f"sampled {_fmt(run['final_eval_sampled_return'])}, train {run['train_s']:.1f} s "
             f"({run['env_steps_per_s']:,.0f} steps/s), compile {run['compile_s']:.1f} s"
         )
     if args.name:
@@ -752,7 +770,13 @@ def main(argv: list[str] | None = None) -> int:
 
         summary = {
             key: _spread([r[key] for r in runs])
-            for key in ("final_train_return", "final_eval_return", "train_s", "compile_s")
+            for key in (
+                "final_train_return",
+                "final_eval_return",
+                "final_eval_sampled_return",
+                "train_s",
+                "compile_s",
+            )
         }
         payload = {
             "machine": {**machine_info(), **_software(), "threads": args.threads},

@@ -10,9 +10,14 @@
     python benchmarks/suite.py fruit --throughput 20 --peers grpo \
         --set '4096 envs={"num_groups": 512}'                    # env-steps/s of each row
     python benchmarks/suite.py cartpole --budget 4096 --seeds 0 --peers grpo  # smoke
+    python benchmarks/suite.py breakout freeway asterix space_invaders --wallclock \
+        --name wallclock                                         # GRPO on PPO's seconds
     python benchmarks/suite.py --table                           # markdown for docs/trainer.md
 
-Rows. Every task (`TASKS`: env, budget, threshold, the peers' envs) is trained by rows:
+Rows. Every task (`TASKS`: GRPO's env, budget, threshold, each peer's env: `Task.env_for`)
+is trained by rows; MinAtar's GRPO rows train the kit's torch games (`fruit_env:Breakout-
+MinAtar-v0`, ...), the PPO peer gymnax's, and a study whose GRPO game is not registered
+stops before it starts, naming the id:
 
 * `grpo`: the defaults, trained through the path a user takes. The config comes from the
   train command's own parser and resolution, `config_from_args(build_parser().parse_args(
@@ -34,20 +39,28 @@ Rows. Every task (`TASKS`: env, budget, threshold, the peers' envs) is trained b
   time apart from its training time); `sb3`, Stable-Baselines3 PPO with RL-Zoo's settings
   (MinAtar: SB3's defaults, `MlpPolicy` on the flattened planes of the `minatar` package).
 
-What is measured. The greedy policy (most likely action, Gaussian mean) plays
-`--eval-episodes` episodes (100) on envs of its own every tenth of the budget (or every
-`--eval-every` env steps), at the first update past each mark, and at the end; evaluation is
-timed apart from training. Per run: the curve (env steps, training seconds, greedy value),
-the env steps and training seconds at the first evaluation at or above the threshold (None
-if none), the final greedy value, the training seconds and env steps per second. The value
-is the mean return, or Fruit Catcher's catch rate. GRPO's training seconds are the wall time
-of `train()` up to each update, evaluations taken out (the first update included: on a
+What is measured. The greedy policy (most likely action, Gaussian mean) and the sampled one
+(actions drawn as in training) each play `--eval-episodes` episodes (100, the same games) on
+envs of their own every tenth of the budget (or every `--eval-every` env steps), at the first
+update past each mark, and at the end; evaluation is timed apart from training. Per run: the
+curve (env steps, training seconds, `elapsed_s` with the peer's compile added, greedy and
+sampled value), the env steps and training seconds at the first evaluation at or above the
+threshold (None if none), the final greedy and sampled values, the training seconds and env
+steps per second. The value is the mean return, or Fruit Catcher's catch rate. GRPO's
+training seconds are the wall time since `train()` was called up to each update,
+evaluations taken out (the first update included: on a
 gymnax env it holds the JIT compile of the env's step, `first_update_s` shows it); the JAX
 peer's compile is reported apart (`compile_s`). MinAtar's threshold is the PPO peer's median
 final greedy return in the same study (so "reached" reads "as good as PPO's typical final
 policy"), else a named constant (none for Asterix and SpaceInvaders, whose rows then only
 report returns). A median "to threshold" over runs counts a run that never got there as
 infinitely late: it is None unless more than half of the runs got there.
+`--wallclock` (`benchmarks/suite_wallclock.py`) runs the PPO peer first for each (task,
+seed) and gives every GRPO row of that seed its `elapsed_s` (compile, set-up and training)
+as a time budget on the same core: a calibration run sets the env steps the budget buys (the
+learning-rate schedule anneals over them), and the run stops when its training has taken
+the budget (its `stop_reason` names it); per seed the JSON's `versus_peer_wallclock` sets
+both side by side, with the time each took to reach the peer's final greedy return.
 `--stop-at-threshold` ends each GRPO run after the evaluation that reaches a fixed threshold
 (a time-to-target study; its final value is then that evaluation's). `--throughput N` trains
 each GRPO row for N timed updates after one untimed one, no evaluation, and reports the
@@ -107,7 +120,14 @@ from suite_tasks import (  # noqa: E402
     TRAINERS,
     Task,
     eval_marks,
+    missing_env,
     skip_reason,
+)
+from suite_wallclock import (  # noqa: E402
+    CALIBRATION_UPDATES,
+    HEADROOM,
+    run_wallclock,
+    side_by_side,
 )
 
 WORKER = HERE / "suite_runs.py"  # one run, in a fresh process
@@ -278,6 +298,7 @@ def summarise(runs: list[dict[str, Any]], threshold: float | None) -> dict[str, 
     ok = [r for r in runs if "error" not in r]
     hits = [reached_at(r["curve"], threshold) for r in ok] + [None] * (len(runs) - len(ok))
     finals = [r["final_eval"] for r in ok if r.get("final_eval") is not None]
+    sampled = [r["final_eval_sampled"] for r in ok if r.get("final_eval_sampled") is not None]
 
     def median_of(key: str) -> float | None:
         values = [r[key] for r in ok if r.get(key) is not None]
@@ -290,7 +311,9 @@ def summarise(runs: list[dict[str, Any]], threshold: float | None) -> dict[str, 
         "median_env_steps_to_threshold": median_to_threshold([h and h["env_steps"] for h in hits]),
         "median_train_s_to_threshold": median_to_threshold([h and h["train_s"] for h in hits]),
         "final_eval": spread(finals),
+        "final_eval_sampled": spread(sampled),
         "median_train_s": median_of("train_s"),
+        "median_elapsed_s": median_of("elapsed_s"),
         "median_env_steps_per_s": median_of("env_steps_per_s"),
         "median_compile_s": median_of("compile_s"),
         "update_env_steps_per_s": spread(
@@ -310,7 +333,14 @@ def versus_peer(summary: dict[str, Any], threshold_source: str) -> dict[str, Any
     if not grpo or not peer or not peer["final_eval"] or not threshold_source.startswith(PEER):
         return None
     grpo_final = grpo["final_eval"]["mean"] if grpo["final_eval"] else None
+    sampled = {
+        f"{name}_final_sampled_mean": row["final_eval_sampled"]["mean"]
+        if row.get("final_eval_sampled")
+        else None
+        for name, row in (("grpo", grpo), ("peer", peer))
+    }
     return {
+        **sampled,
         "peer_final_median": peer["final_eval"]["median"],
         "peer_final_mean": peer["final_eval"]["mean"],
         "peer_median_train_s": peer["median_train_s"],
@@ -407,7 +437,7 @@ def export_tree(rev: str, into: Path) -> tuple[Path, str]:
 
 def study_rows(args: argparse.Namespace) -> list[Row]:
     """The rows in the order a lane runs them per seed: each GRPO row then its @REV twin,
-    then the peers."""
+    then the peers; with `--wallclock` the PPO peer first, whose time is the GRPO rows'."""
     grpo = [Row("grpo", "grpo")] if "grpo" in args.peers else []
     grpo += [Row(name, "grpo", fields, tuple(flags)) for name, fields, flags in args.variants]
     rows: list[Row] = []
@@ -417,7 +447,10 @@ def study_rows(args: argparse.Namespace) -> list[Row]:
             rows.append(
                 dataclasses.replace(row, name=f"{row.name}@{args.against}", against=args.against)
             )
-    return rows + [Row(p, p) for p in args.peers if p != "grpo"]
+    peers = [Row(p, p) for p in args.peers if p != "grpo"]
+    if args.wallclock:
+        return [p for p in peers if p.kind == PEER] + rows + [p for p in peers if p.kind != PEER]
+    return rows + peers
 
 
 class Study:
@@ -475,6 +508,7 @@ class Study:
             "env": task.env,
             "gymnax_env": task.gymnax,
             "sb3_env": task.sb3.env if task.sb3 else None,
+            "envs": {r.kind: task.env_for(r.kind) for r in self.rows},
             "metric": task.metric,
             "budget": self.budgets[name],
             "threshold": threshold,
@@ -482,6 +516,9 @@ class Study:
             "eval_marks": [] if throughput else eval_marks(self.budgets[name], args.eval_every),
             "eval_episodes": args.eval_episodes,
             "stop_at_threshold": args.stop_at_threshold,
+            "wallclock": args.wallclock,
+            "calibration_updates": args.calibrate if args.wallclock else None,
+            "wallclock_headroom": HEADROOM if args.wallclock else None,
             "timed_updates": args.throughput,
             "seeds": args.seeds,
             "repeats": args.repeats,
@@ -501,6 +538,7 @@ class Study:
             "summary": summary,
             "versus_peer": versus_peer(summary, source),
             "versus_against": versus_against(summary, args.against),
+            "versus_peer_wallclock": side_by_side(runs, PEER) if args.wallclock else None,
             "runs": runs,
         }
 
@@ -509,8 +547,17 @@ class Study:
 
         return write_result(f"{self.args.name}_{name}", self.payload(name), self.folder)
 
-    def job(self, name: str, row: Row, seed: int, repeat: int, cpu: int) -> dict[str, Any]:
-        """What a worker needs to run one (task, row, seed, repeat)."""
+    def job(
+        self,
+        name: str,
+        row: Row,
+        seed: int,
+        repeat: int,
+        cpu: int,
+        time_budget_s: float | None = None,
+    ) -> dict[str, Any]:
+        """What a worker needs to run one (task, row, seed, repeat); a time budget stops a
+        GRPO run when its training has taken that long."""
         task, args = TASKS[name], self.args
         stop_at = None
         if args.stop_at_threshold and row.kind == "grpo" and task.threshold != PEER:
@@ -530,6 +577,7 @@ class Study:
             "stop_at": stop_at,
             "throughput": args.throughput,
             "cold_cache": args.jax_cache == "cold" and row.kind == "grpo",
+            "time_budget_s": time_budget_s,
         }
 
 
@@ -581,10 +629,19 @@ def run_study(study: Study) -> None:
                     if not units:
                         return
                     name, seed, repeat = units.popleft()
+                budget_s = None  # with --wallclock: the PPO peer's seconds for this seed
                 for row in study.rows:
                     if row.name not in study.runs[name]:
                         continue
-                    record = run_job(study.job(name, row, seed, repeat, cpu), Path(tmp))
+                    job = study.job(name, row, seed, repeat, cpu)
+                    if args.wallclock and row.kind == "grpo":
+                        record = run_wallclock(
+                            job, budget_s, args.calibrate, lambda j: run_job(j, Path(tmp))
+                        )
+                    else:
+                        record = run_job(job, Path(tmp))
+                    if row.kind == PEER and "error" not in record:
+                        budget_s = record["elapsed_s"]
                     path = study.add(name, record)
                     print(_line(name, record, path), flush=True)
 
@@ -602,15 +659,26 @@ def _line(name: str, record: dict[str, Any], path: Path) -> str:
         return (
             f"{head} {rate:,.0f} env-steps/s over {record['timed_updates']} updates -> {path.name}"
         )
+    if record.get("time_budget_s") is not None:
+        stop = record.get("stop_reason") or "its env steps ran out first"
+        return (
+            f"{head} final greedy {record['final_eval']:.3g}, sampled "
+            f"{record['final_eval_sampled']:.3g}; {record['env_steps']:,} steps (estimated "
+            f"{record['estimated_env_steps']:,}) in {record['elapsed_s']:.1f} s of "
+            f"{record['time_budget_s']:.1f} s: {stop} -> {path.name}"
+        )
     hit = record.get("reached")
     to = (
         f"threshold at {hit['env_steps']:,} steps, {hit['train_s']:.1f} s" if hit else "not reached"
     )
     final = record["final_eval"]
     shown = "-" if final is None else f"{final:.3g}"
+    sampled = record.get("final_eval_sampled")
+    compiled = f", {record['elapsed_s']:.1f} s with compile" if record.get("compile_s") else ""
     return (
-        f"{head} final greedy {shown}, {to}; {record['env_steps']:,} steps "
-        f"in {record['train_s']:.1f} s ({record['env_steps_per_s'] or 0:,.0f}/s) -> {path.name}"
+        f"{head} final greedy {shown}, sampled {'-' if sampled is None else f'{sampled:.3g}'}, "
+        f"{to}; {record['env_steps']:,} steps in {record['train_s']:.1f} s{compiled} "
+        f"({record['env_steps_per_s'] or 0:,.0f}/s) -> {path.name}"
     )
 
 
@@ -657,6 +725,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="only env-steps/s over UPDATES timed updates",
     )
     parser.add_argument(
+        "--wallclock",
+        action="store_true",
+        help=f"give each GRPO run the seconds the {PEER} run of its seed took (compile "
+        "included) on the same core, at the env steps they buy",
+    )
+    parser.add_argument(
+        "--calibrate",
+        type=int,
+        default=CALIBRATION_UPDATES,
+        metavar="UPDATES",
+        help="--wallclock: timed updates of the run that sets GRPO's env steps",
+    )
+    parser.add_argument(
         "--jax-cache",
         choices=["user", "cold"],
         default="user",
@@ -693,7 +774,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.cpu = args.cpu or usable[: args.jobs]
     if args.jobs < 1 or len(args.cpu) < args.jobs:
         parser.error(f"--jobs {args.jobs} needs as many CPUs (--cpu; usable: {usable})")
-    for flag in ("budget", "eval_every", "throughput"):
+    for flag in ("budget", "eval_every", "throughput", "calibrate"):
         value = getattr(args, flag)
         if value is not None and value < 1:
             parser.error(f"--{flag.replace('_', '-')} must be positive")
@@ -706,6 +787,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                 f"--stop-at-threshold needs a fixed threshold; {', '.join(peer_set)} take theirs "
                 f"from the {PEER} runs, known only at the end"
             )
+    if args.wallclock:
+        _check_wallclock(parser, args)
+    if not args.table and ("grpo" in args.peers or any("env" not in v[1] for v in variants)):
+        missing = [m for m in (missing_env(TASKS[t].env) for t in args.tasks) if m]
+        if missing:
+            parser.error("GRPO's env cannot be made: " + "; ".join(missing))
     if args.against:
         if "@" in args.against:
             parser.error("--against takes a git revision without '@'")
@@ -717,6 +804,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     folder = args.results or os.environ.get("SUITE_RESULTS")
     args.results = Path(folder) if folder else HERE / "results"
     return args
+
+
+def _check_wallclock(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--wallclock needs the PPO peer on every task, and a budget the clock sets."""
+    if PEER not in args.peers:
+        parser.error(f"--wallclock takes its time budgets from the {PEER} peer: add it to --peers")
+    without = [t for t in args.tasks if skip_reason(TASKS[t], PEER)]
+    if without:
+        parser.error(f"--wallclock: {', '.join(without)} have no {PEER} run to take a time from")
+    if args.throughput is not None or args.stop_at_threshold:
+        parser.error(
+            "--wallclock trains to a time budget: not with --throughput or --stop-at-threshold"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

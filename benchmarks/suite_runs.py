@@ -65,28 +65,37 @@ class _Enough(Exception):
     """Ends a run whose tree's callbacks cannot ask the harness to stop."""
 
 
+TIME_BUDGET = "the time budget"  # how a wall-clock run's stop reason begins
+
+
 def _probe_class(base: type) -> type:
     """The suite's callback on the tree's own `Callback` class: after every update it notes
-    the wall time, and at each mark it evaluates the greedy policy, timed apart."""
+    the wall time, at each mark it evaluates the policy (greedy and sampled), timed apart,
+    and with a time budget it asks the run to stop so that its last update ends there."""
 
     class Probe(base):  # type: ignore[misc, valid-type]
         def __init__(
             self,
             trainer: Any,
-            score: Callable[[], float],
+            score: Callable[[], tuple[float, float]],
             marks: list[int],
             stop_at: float | None,
             timed_updates: int | None,
+            time_budget_s: float | None = None,
         ) -> None:
             self.trainer, self.score, self.marks = trainer, score, deque(marks)
             self.stop_at, self.timed_updates = stop_at, timed_updates
+            self.time_budget_s = time_budget_s
             self.curve: list[dict[str, Any]] = []
             self.update_s: list[float] = []
             self.env_steps: list[int] = []
             self.train_s = self.eval_s = 0.0
+            self.stopping: str | None = None  # why this probe asked the run to stop
+            self.raised = False  # it ended the run itself (a tree without request_stop)
             self.start = self.last = time.perf_counter()
 
-        def on_train_start(self, state: Any) -> None:
+        def begin(self) -> None:
+            """Called just before `train()`: its whole wall time counts, compile included."""
             self.start = self.last = time.perf_counter()
 
         def on_update(self, state: Any, metrics: dict[str, float]) -> None:
@@ -95,21 +104,41 @@ def _probe_class(base: type) -> type:
             self.update_s.append(now - self.last)
             self.env_steps.append(steps)
             self.train_s = now - self.start - self.eval_s
-            stop = self.timed_updates is not None and len(self.update_s) > self.timed_updates
-            if self.marks and steps >= self.marks[0]:
+            reason = None
+            if self.timed_updates is not None and len(self.update_s) > self.timed_updates:
+                reason = "the study has what it measures"
+            # request_stop ends the run after one more update: ask when that one would end
+            # at or past the budget, so that the run's last update ends at about the budget
+            budget = self.time_budget_s
+            if budget is not None and self.train_s + self.update_s[-1] >= budget:
+                reason = f"{TIME_BUDGET} ({budget:.2f} s of training) is spent"
+            # the update after the budget's stop request ends the run: evaluated as its last
+            ended = getattr(getattr(state, "outcome", None), "ended", False)
+            last = ended and (self.stopping or "").startswith(TIME_BUDGET)
+            if (self.marks and steps >= self.marks[0]) or last:
                 while self.marks and steps >= self.marks[0]:
                     self.marks.popleft()
-                value = self._evaluate()
-                self.curve.append(_point(steps, self.train_s, value))
-                stop = stop or (self.stop_at is not None and value >= self.stop_at)
+                greedy, sampled = self._evaluate()
+                self.curve.append(_point(steps, self.train_s, greedy, sampled))
+                if self.stop_at is not None and greedy >= self.stop_at:
+                    reason = reason or "the study has what it measures"
             self.last = time.perf_counter()
-            if stop:
-                request = getattr(state, "request_stop", None)
-                if request is None:
-                    raise _Enough
-                request("the study has what it measures")
+            if reason and self.stopping is None:
+                self._stop(state, reason)
 
-        def _evaluate(self) -> float:
+        def _stop(self, state: Any, reason: str) -> None:
+            self.stopping = reason
+            request = getattr(state, "request_stop", None)
+            if request is None:  # an older tree: stop now, evaluated as the run ends
+                if self.time_budget_s is not None and (
+                    not self.curve or self.curve[-1]["env_steps"] != self.env_steps[-1]
+                ):
+                    self.curve.append(_point(self.env_steps[-1], self.train_s, *self._evaluate()))
+                self.raised = True
+                raise _Enough
+            request(reason)
+
+        def _evaluate(self) -> tuple[float, float]:
             policy = self.trainer.policy
             was_training = policy.training
             policy.eval()
@@ -149,19 +178,29 @@ def run_grpo(task: Task, job: dict[str, Any]) -> dict[str, Any]:
     )
     setup_s = time.perf_counter() - start
 
-    def greedy() -> float:
-        out = evaluation.evaluate(
-            trainer.policy,
-            eval_envs,
-            episodes,
-            seed=EVAL_SEED + 1000 * job["seed"],
-            max_episode_steps=trainer.config.max_episode_steps,
-        )
-        return out[task.metric if task.metric != "return" else "return_mean"]
+    def score() -> tuple[float, float]:
+        """The trainer's own evaluation, the same games played greedily and sampled."""
+        key = task.metric if task.metric != "return" else "return_mean"
+        values = [
+            evaluation.evaluate(
+                trainer.policy,
+                eval_envs,
+                episodes,
+                greedy=greedy,
+                seed=EVAL_SEED + 1000 * job["seed"],
+                max_episode_steps=trainer.config.max_episode_steps,
+            )[key]
+            for greedy in (True, False)
+        ]
+        return values[0], values[1]
 
     budget = trainer.config.total_env_steps
     marks = [] if throughput else eval_marks(budget, job.get("eval_every"))
-    probe = _probe_class(callbacks.Callback)(trainer, greedy, marks, job.get("stop_at"), throughput)
+    time_budget_s = job.get("time_budget_s")
+    probe = _probe_class(callbacks.Callback)(
+        trainer, score, marks, job.get("stop_at"), throughput, time_budget_s
+    )
+    probe.begin()
     with contextlib.suppress(_Enough):
         trainer.train(callbacks=[probe])
     for env in (envs, eval_envs):
@@ -177,6 +216,10 @@ def run_grpo(task: Task, job: dict[str, Any]) -> dict[str, Any]:
         "first_update_s": round(probe.update_s[0], 4) if probe.update_s else None,
         "setup_s": round(setup_s, 4),
         "eval_s": round(probe.eval_s, 4),
+        "time_budget_s": time_budget_s,
+        # why the run ended before its env steps, as the trainer recorded it (a request made
+        # at the update that used up the env steps ends nothing: None)
+        "stop_reason": probe.stopping if probe.raised else getattr(trainer, "stop_reason", None),
         **_totals(trainer.env_steps, probe.train_s, probe.curve),
     }
     if throughput:  # the first update, then `throughput` timed ones (a stop adds one more)
@@ -198,26 +241,38 @@ def _throughput(update_s: list[float], env_steps: list[int]) -> dict[str, Any]:
     }
 
 
-def _point(env_steps: int, train_s: float, value: float) -> dict[str, Any]:
+def _point(
+    env_steps: int, train_s: float, greedy: float, sampled: float | None, compile_s: float = 0.0
+) -> dict[str, Any]:
+    """One evaluation: the greedy and the sampled value after `train_s` of training, and
+    `elapsed_s`, the same with the time spent compiling before training began (the JAX
+    peer's; GRPO's compiles inside its timed updates)."""
     return {
         "env_steps": int(env_steps),
         "train_s": round(train_s, 4),
-        "eval": round(float(value), 4),
+        "elapsed_s": round(train_s + compile_s, 4),
+        "eval": round(float(greedy), 4),
+        "eval_sampled": None if sampled is None else round(float(sampled), 4),
     }
 
 
-def _totals(env_steps: int, train_s: float, curve: list[dict[str, Any]]) -> dict[str, Any]:
+def _totals(
+    env_steps: int, train_s: float, curve: list[dict[str, Any]], compile_s: float = 0.0
+) -> dict[str, Any]:
     return {
         "env_steps": int(env_steps),
         "train_s": round(train_s, 4),
+        "elapsed_s": round(train_s + compile_s, 4),
         "env_steps_per_s": round(env_steps / train_s, 1) if train_s > 0 else None,
         "final_eval": curve[-1]["eval"] if curve else None,
+        "final_eval_sampled": curve[-1]["eval_sampled"] if curve else None,
         "curve": curve,
     }
 
 
 def run_ppo_jax(task: Task, job: dict[str, Any]) -> dict[str, Any]:
-    """`ppo_jax.train` with its preset for the env, evaluated by its own greedy evaluation."""
+    """`ppo_jax.train` with its preset for the env, evaluated by its own evaluation (greedy
+    and sampled). Its `elapsed_s` counts the compile and the first state's set-up too."""
     if task.gymnax is None:
         raise ValueError(f"gymnax has no {task.env}: no PPO (JAX) run")
     import ppo_jax
@@ -227,8 +282,11 @@ def run_ppo_jax(task: Task, job: dict[str, Any]) -> dict[str, Any]:
     out = ppo_jax.train(
         task.gymnax, job["seed"], budget, eval_every=every, eval_episodes=job["eval_episodes"]
     )
+    before = out["compile_s"] + out["setup_s"]  # the time before its first update
     curve = [
-        _point(row["env_steps"], row["train_s"], row["eval_return"])
+        _point(
+            row["env_steps"], row["train_s"], row["eval_return"], row["eval_return_sampled"], before
+        )
         for row in out["curve"]
         if row.get("eval_return") is not None
     ]
@@ -239,12 +297,13 @@ def run_ppo_jax(task: Task, job: dict[str, Any]) -> dict[str, Any]:
         "eval_s": out["eval_s"],
         "train_cpu_s": out["train_cpu_s"],
         "jax": {"xla_flags": os.environ.get("XLA_FLAGS", ""), **ppo_jax._software()},
-        **_totals(out["env_steps"], out["train_s"], curve),
+        **_totals(out["env_steps"], out["train_s"], curve, before),
     }
 
 
 def run_sb3(task: Task, job: dict[str, Any]) -> dict[str, Any]:
-    """SB3 PPO, its greedy policy evaluated at the first rollout start past each mark."""
+    """SB3 PPO, its policy evaluated (greedy and sampled) at the first rollout start past
+    each mark."""
     if task.sb3 is None:
         raise ValueError(f"no RL-Zoo settings for {task.env}: no SB3 PPO run")
     import torch
@@ -262,9 +321,12 @@ def run_sb3(task: Task, job: dict[str, Any]) -> dict[str, Any]:
 
     def evaluate_now() -> None:
         t0 = time.perf_counter()
-        value = _sb3_greedy(model, eval_envs, spec.normalize, EVAL_SEED + 1000 * seed)
+        values = [
+            _sb3_play(model, eval_envs, spec.normalize, EVAL_SEED + 1000 * seed, greedy)
+            for greedy in (True, False)
+        ]
         train_s = t0 - clock["start"] - clock["eval_s"]
-        curve.append(_point(model.num_timesteps, train_s, value))
+        curve.append(_point(model.num_timesteps, train_s, *values))
         clock["eval_s"] += time.perf_counter() - t0
 
     class EvalAtMarks(BaseCallback):
@@ -315,9 +377,9 @@ def _sb3_eval_envs(spec: SB3, episodes: int) -> Any:
     return gym.make_vec(spec.env, num_envs=episodes, vectorization_mode="sync", wrappers=wrappers)
 
 
-def _sb3_greedy(model: Any, envs: Any, normalize: bool, seed: int) -> float:
-    """Mean return of one greedy episode per sub-env (MinAtar's have no limit: capped as
-    grpo_trainer's evaluate caps them)."""
+def _sb3_play(model: Any, envs: Any, normalize: bool, seed: int, greedy: bool) -> float:
+    """Mean return of one episode per sub-env, greedy or sampled (MinAtar's have no limit:
+    capped as grpo_trainer's evaluate caps them)."""
     import numpy as np
 
     from grpo_trainer.run.evaluation import EVAL_HORIZON
@@ -328,7 +390,7 @@ def _sb3_greedy(model: Any, envs: Any, normalize: bool, seed: int) -> float:
         if not alive.any():
             break
         seen = model.get_env().normalize_obs(obs) if normalize else obs
-        action, _ = model.predict(seen, deterministic=True)
+        action, _ = model.predict(seen, deterministic=greedy)
         obs, reward, terminated, truncated, _ = envs.step(action)
         returns += reward * alive
         alive &= ~(terminated | truncated)

@@ -50,10 +50,17 @@ def _threshold(result: dict[str, Any]) -> str:
     return f"{text} (constant)" if source.startswith("constant") else text
 
 
+def _spread(spread: dict[str, float] | None, metric: str) -> str:
+    if spread is None:
+        return "-"
+    low, high = _value(spread["min"], metric), _value(spread["max"], metric)
+    return f"{_value(spread['mean'], metric)} ({low} to {high})"
+
+
 def _row_cells(result: dict[str, Any], row: str) -> list[str]:
     summary = result["summary"].get(row)
     if summary is None:
-        return ["n/a", "", ""]
+        return ["n/a", "", "", ""]
     failed = f" ({summary['failed']} failed)" if summary["failed"] else ""
     reached = "-" if summary["reached"] is None else str(summary["reached"])
     steps, seconds = (
@@ -61,17 +68,10 @@ def _row_cells(result: dict[str, Any], row: str) -> list[str]:
         summary["median_train_s_to_threshold"],
     )
     to = "-" if steps is None else f"{_steps(steps)}, {_seconds(seconds)}"
-    final = summary["final_eval"]
     metric = result["metric"]
-    shown = (
-        "-"
-        if final is None
-        else (
-            f"{_value(final['mean'], metric)} ({_value(final['min'], metric)} to "
-            f"{_value(final['max'], metric)})"
-        )
-    )
-    return [f"{reached}/{summary['runs']}{failed}", to, shown]
+    greedy = _spread(summary["final_eval"], metric)
+    sampled = _spread(summary.get("final_eval_sampled"), metric)
+    return [f"{reached}/{summary['runs']}{failed}", to, greedy, sampled]
 
 
 def load_results(folder: Path, stem: str = "suite") -> list[dict[str, Any]]:
@@ -90,7 +90,7 @@ def render_table(folder: Path, stem: str = "suite") -> str:
     if all(r.get("mode") == "throughput" for r in results):
         return _throughput_table(results, stem)
     head = ["task", "budget", "threshold", "trainer", "reached", "to threshold (median)"]
-    head.append("final greedy, mean (min to max)")
+    head += ["final greedy, mean (min to max)", "final sampled, mean (min to max)"]
     lines = [_row(head), _row(["---"] * len(head))]
     for r in results:
         name = r["task"] + ("" if r.get("complete") else " (incomplete)")
@@ -102,6 +102,9 @@ def render_table(folder: Path, stem: str = "suite") -> str:
     versus = [r for r in results if r.get("versus_peer")]
     if versus:
         lines += ["", _versus_table(versus)]
+    wallclock = [r for r in results if r.get("versus_peer_wallclock")]
+    if wallclock:
+        lines += ["", _wallclock_table(wallclock)]
     against = [r for r in results if r.get("versus_against")]
     if against:
         lines += ["", _against_table(against)]
@@ -139,6 +142,55 @@ def _versus_table(results: list[dict[str, Any]]) -> str:
             )
         )
     return "\n".join(lines)
+
+
+def _wallclock_table(results: list[dict[str, Any]]) -> str:
+    """Equal wall-clock: per seed, the PPO peer's run and each GRPO row's on its time."""
+    head = ["task", "seed", "trainer", "time (compile included)", "env steps", "final greedy"]
+    head += ["final sampled", f"time to {TRAINERS[PEER]}'s final greedy return", "stopped by"]
+    lines = [_row(head), _row(["---"] * len(head))]
+    for r in results:
+        metric = r["metric"]
+        for row, v in r["versus_peer_wallclock"].items():
+            for s in v["seeds"]:
+                for name, side in ((PEER, s["peer"]), (row, s["grpo"])):
+                    hit = side["to_ppo_final_s"]
+                    to = (
+                        "-"
+                        if hit is None
+                        else f"{_seconds(hit)} ({_steps(side['to_ppo_final_env_steps'])})"
+                    )
+                    stop = (
+                        "-"
+                        if name == PEER
+                        else "the clock"
+                        if side["stop_reason"]
+                        else "its env steps"
+                    )
+                    lines.append(
+                        _row(
+                            [
+                                r["task"],
+                                str(s["seed"]),
+                                label(name),
+                                _seconds(side["elapsed_s"]),
+                                _steps(side["env_steps"]),
+                                _value(side["final_greedy"], metric),
+                                _value(side["final_sampled"], metric),
+                                to,
+                                stop,
+                            ]
+                        )
+                    )
+            lines.append(
+                f"\n{r['task']} {label(row)}: greedy at least {TRAINERS[PEER]}'s on "
+                f"{v['greedy_at_least_peer']} of {v['of']} seeds; mean greedy "
+                f"{_value(v['grpo_greedy_mean'], metric)} against "
+                f"{_value(v['peer_greedy_mean'], metric)}, sampled "
+                f"{_value(v['grpo_sampled_mean'], metric)} against "
+                f"{_value(v['peer_sampled_mean'], metric)}\n"
+            )
+    return "\n".join(lines).rstrip()
 
 
 def _against_table(results: list[dict[str, Any]]) -> str:

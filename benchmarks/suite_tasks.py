@@ -1,7 +1,8 @@
 """The suite's tasks: each env, its budget and threshold, and how the peers run it.
 
 `benchmarks/suite.py` runs studies over them; `benchmarks/suite_runs.py` runs one of them in a
-worker process. Only the standard library: a worker pins itself before torch or JAX start.
+worker process. Only the standard library at import: a worker pins itself before torch or
+JAX start (`missing_env`, which the parent calls, imports Gymnasium when called).
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ class Task:
     gymnax: str | None = None  # the PPO peer's env, where gymnax has it
     sb3: SB3 | None = None
     fallback: float | None = None  # the threshold when it is PEER and the peer did not run
+
+    def env_for(self, kind: str) -> str | None:
+        """The env id a trainer of `kind` (grpo, ppo_jax, sb3) runs; None: it has none."""
+        envs = {"grpo": self.env, "ppo_jax": self.gymnax, "sb3": self.sb3 and self.sb3.env}
+        return envs[kind]
 
 
 # RL-Zoo's hyper-parameters. MountainCarContinuous: RL-Zoo trains it for 20k steps (one env,
@@ -115,9 +121,10 @@ ZOO = {
 
 
 def _minatar(game: str, fallback: float | None = None) -> Task:
-    """A MinAtar game: gymnax's for GRPO and the JAX peer, the minatar package's for SB3."""
+    """A MinAtar game: the kit's torch game (gymnax's rules, `import fruit_env` registers
+    it) for GRPO, gymnax's for the JAX peer, the minatar package's for SB3."""
     return Task(
-        f"gymnax:{game}-MinAtar",
+        f"fruit_env:{game}-MinAtar-v0",
         1_000_000,
         PEER,
         gymnax=f"{game}-MinAtar",
@@ -164,6 +171,27 @@ def grpo_argv(task: Task, budget: int, seed: int, flags: tuple[str, ...] | list[
     flags (which may override any of them)."""
     head = ["train", "--env", task.env, "--total-env-steps", str(budget), "--seed", str(seed)]
     return [*head, *RUN_FLAGS, *flags]
+
+
+def missing_env(env_id: str) -> str | None:
+    """Why GRPO cannot make `env_id`, a `module:EnvId` Gymnasium id (None: it can, or the id
+    is another kind, which the train command checks itself): its module does not import, or
+    importing it registers no such id. Checked before a study starts, so that a game not yet
+    written stops the study with its name rather than failing every run."""
+    module, _, name = env_id.rpartition(":")
+    if not module or module in {"gymnax", "envpool", "minatar"}:  # grpo_trainer's factories
+        return None
+    import importlib
+
+    import gymnasium as gym
+
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        return f"{env_id}: module {module!r} does not import ({err})"
+    if name not in gym.registry:
+        return f"{env_id}: importing {module} registers no {name!r}"
+    return None
 
 
 def skip_reason(task: Task, kind: str, throughput: bool = False) -> str | None:

@@ -38,14 +38,32 @@ def test_tiny_cartpole_result_has_the_documented_structure_and_repeats_exactly(p
     assert [row["env_steps"] for row in first["curve"]] == [1024, 2048]
     for row in first["curve"]:
         assert row["episodes"] > 0 and math.isfinite(row["train_return"])
-        assert row["eval_return"] >= 1 and row["train_s"] >= 0
+        assert row["eval_return"] >= 1 and row["eval_return_sampled"] >= 1 and row["train_s"] >= 0
     assert math.isfinite(first["final_train_return"]) and first["final_eval_return"] >= 1
+    assert first["final_eval_sampled_return"] == first["curve"][-1]["eval_return_sampled"]
     for key in (*TIMES, "env_steps_per_s"):
         assert math.isfinite(first[key]) and first[key] >= 0, key
     second = ppo.train("CartPole-v1", 3, 2048, **kwargs)
     assert timeless(second) == timeless(first)
     other = ppo.train("CartPole-v1", 4, 2048, **kwargs)
     assert timeless(other)["curve"] != timeless(first)["curve"]
+
+
+def test_the_sampled_evaluation_samples_where_the_greedy_one_takes_the_argmax(ppo: Any) -> None:
+    """A policy with all-equal logits: greedy play pushes the cart one way every step and
+    CartPole falls within about 10 steps; sampled play is a fair coin and lasts longer."""
+    import jax
+
+    spec = ppo.make_spec("CartPole-v1")
+    config = ppo.make_config("CartPole-v1")
+    program = ppo.make_program(spec, config, num_updates=1)
+    runner = program.init(jax.random.key(0))
+    params = jax.tree.map(lambda x: x * 0, runner.params)  # every logit 0
+    key = jax.random.key(1)
+    greedy = program.evaluate(params, runner.norm, key, 64, True)
+    sampled = program.evaluate(params, runner.norm, key, 64, False)
+    assert float(greedy.max()) <= 11
+    assert float(sampled.mean()) > float(greedy.mean()) + 5
 
 
 def test_continuous_actions_run_with_the_gaussian_policy(ppo: Any) -> None:

@@ -5,6 +5,7 @@ against this repository's HEAD, whose JSON has the documented shape."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -40,14 +41,20 @@ def runs_module(suite: Any) -> Iterator[Any]:
     torch.set_float32_matmul_precision(precision)
 
 
-def run(seed: int, trainer: str, curve: list[tuple[int, float, float]], **extra: Any) -> dict:
-    points = [{"env_steps": s, "train_s": t, "eval": v} for s, t, v in curve]
+def run(seed: int, trainer: str, curve: list[tuple[float, ...]], **extra: Any) -> dict:
+    """A fabricated run: (env steps, seconds, greedy value[, sampled value]) per evaluation."""
+    points = [
+        {"env_steps": p[0], "train_s": p[1], "elapsed_s": p[1], "eval": p[2], "eval_sampled": p[3]}
+        for p in ((*c, None) if len(c) == 3 else c for c in curve)
+    ]
     final = points[-1]["env_steps"], points[-1]["train_s"]
     return {
         "trainer": trainer,
         "seed": seed,
         "curve": points,
         "final_eval": points[-1]["eval"],
+        "final_eval_sampled": points[-1]["eval_sampled"],
+        "elapsed_s": final[1],
         "env_steps": final[0],
         "train_s": final[1],
         "env_steps_per_s": final[0] / final[1],
@@ -226,10 +233,10 @@ def test_peers_without_the_env_are_skipped_and_failures_counted(suite: Any, tmp_
     lines = suite.render_table(tmp_path).splitlines()
     assert lines[2] == (
         "| fruit (incomplete) (FruitCatcher-v0) | 1k | catch rate 0.7 | GRPO | 1/2 (1 failed) "
-        "| - | 0.710 (0.710 to 0.710) |"
+        "| - | 0.710 (0.710 to 0.710) | - |"
     )
-    assert lines[3] == "|  |  |  | PPO (JAX) | n/a |  |  |"
-    assert lines[4] == "|  |  |  | SB3 PPO | n/a |  |  |"
+    assert lines[3] == "|  |  |  | PPO (JAX) | n/a |  |  |  |"
+    assert lines[4] == "|  |  |  | SB3 PPO | n/a |  |  |  |"
 
 
 def test_a_minatar_game_without_peer_or_constant_has_no_threshold(suite: Any) -> None:
@@ -243,9 +250,9 @@ def test_a_minatar_game_without_peer_or_constant_has_no_threshold(suite: Any) ->
 def test_table_from_fabricated_results(suite: Any, tmp_path: Path) -> None:
     cartpole = {
         "grpo": [
-            run(0, "grpo", [(100_000, 2.0, 300.0), (200_000, 4.0, 480.0), (500_000, 10.0, 500.0)]),
-            run(1, "grpo", [(100_000, 2.5, 476.0), (500_000, 11.0, 490.0)]),
-            run(2, "grpo", [(100_000, 2.2, 100.0), (500_000, 9.0, 400.0)]),
+            run(0, "grpo", [(100_000, 2.0, 300.0), (200_000, 4.0, 480.0), (500_000, 10, 500, 450)]),
+            run(1, "grpo", [(100_000, 2.5, 476.0), (500_000, 11.0, 490.0, 300.0)]),
+            run(2, "grpo", [(100_000, 2.2, 100.0), (500_000, 9.0, 400.0, 420.0)]),
         ],
         "ppo_jax": [run(s, "ppo_jax", [(500_000, 4.4, 500.0)], compile_s=8.0) for s in range(3)],
     }
@@ -269,16 +276,16 @@ def test_table_from_fabricated_results(suite: Any, tmp_path: Path) -> None:
     table = suite.render_table(tmp_path).splitlines()
     assert table[0] == (
         "| task | budget | threshold | trainer | reached | to threshold (median) "
-        "| final greedy, mean (min to max) |"
+        "| final greedy, mean (min to max) | final sampled, mean (min to max) |"
     )
     # cartpole: seeds 0 and 1 reach 475 (at 200k / 4.0 s and 100k / 2.5 s), seed 2 does not
-    assert (
-        table[2]
-        == "| cartpole (CartPole-v1) | 500k | 475 | GRPO | 2/3 | 200k, 4.0 s | 463 (400 to 500) |"
+    assert table[2] == (
+        "| cartpole (CartPole-v1) | 500k | 475 | GRPO | 2/3 | 200k, 4.0 s | 463 (400 to 500) "
+        "| 390 (300 to 450) |"
     )
-    assert table[3] == "|  |  |  | PPO (JAX) | 3/3 | 500k, 4.4 s | 500 (500 to 500) |"
-    assert table[4].startswith("| breakout (Breakout-MinAtar) | 1.00M | 25.2 (PPO (JAX) median")
-    assert table[4].endswith("| GRPO | 3/3 | 1.00M, 60.0 s | 30.0 (30.0 to 30.0) |")
+    assert table[3] == "|  |  |  | PPO (JAX) | 3/3 | 500k, 4.4 s | 500 (500 to 500) | - |"
+    assert table[4].startswith("| breakout (Breakout-MinAtar-v0) | 1.00M | 25.2 (PPO (JAX) median")
+    assert table[4].endswith("| GRPO | 3/3 | 1.00M, 60.0 s | 30.0 (30.0 to 30.0) | - |")
     assert "| breakout | 25.2 | 22.0 s; + 11.0 s | 60.0 s | 30.0 | 36.2 |" in table
     assert table[-1].startswith("Files: `suite_cartpole.json` (2026-11-25)")
 
@@ -304,7 +311,7 @@ def test_against_table_gives_the_revisions_ratio(suite: Any, tmp_path: Path) -> 
     (tmp_path / "study_fruit.json").write_text(json.dumps(data))
     table = suite.render_table(tmp_path, "study").splitlines()
     assert "| fruit | GRPO | 1.00M, 20.0 s | 2.00M, 50.0 s | 2.50x | 2.00x |" in table
-    assert "|  |  |  | GRPO @abc123 | 2/2 | 2.00M, 50.0 s | 0.700 (0.700 to 0.700) |" in table
+    assert "|  |  |  | GRPO @abc123 | 2/2 | 2.00M, 50.0 s | 0.700 (0.700 to 0.700) | - |" in table
 
 
 def test_throughput_summary_and_table(suite: Any, tmp_path: Path) -> None:
@@ -415,3 +422,253 @@ def test_smoke_study_against_head_writes_the_documented_json(tmp_path: Path) -> 
     summary = result["summary"]["narrow"]
     assert summary["runs"] == 1 and summary["failed"] == 0
     assert summary["final_eval"]["min"] == result["runs"]["narrow"][0]["final_eval"]
+
+
+# ---------------------------------------------------------------- per-peer envs
+
+
+def test_minatar_tasks_train_grpo_on_the_kits_game_and_ppo_on_gymnaxs(suite: Any) -> None:
+    tasks = sys.modules["suite_tasks"]
+    breakout = suite.TASKS["breakout"]
+    assert breakout.env_for("grpo") == "fruit_env:Breakout-MinAtar-v0"
+    assert breakout.env_for("ppo_jax") == "Breakout-MinAtar"
+    assert breakout.env_for("sb3") == "MinAtar/Breakout-v1"
+    for game, name in (("Freeway", "freeway"), ("SpaceInvaders", "space_invaders")):
+        assert suite.TASKS[name].env_for("grpo") == f"fruit_env:{game}-MinAtar-v0"
+        assert suite.TASKS[name].env_for("ppo_jax") == f"{game}-MinAtar"
+    assert tasks.missing_env(breakout.env) is None
+    assert tasks.missing_env("gymnax:Breakout-MinAtar") is None  # the train command checks it
+    message = tasks.missing_env("fruit_env:NoSuchGame-MinAtar-v0")
+    assert message is not None and "NoSuchGame-MinAtar-v0" in message
+    assert "no_such_module" in (tasks.missing_env("no_such_module:Game-v0") or "")
+
+
+def test_a_study_whose_grpo_game_is_not_registered_stops_naming_it(
+    suite: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    task = dataclasses.replace(suite.TASKS["breakout"], env="fruit_env:NoSuchGame-MinAtar-v0")
+    monkeypatch.setitem(suite.TASKS, "nosuch", task)
+    with pytest.raises(SystemExit):
+        suite.parse_args(["nosuch", "--results", str(tmp_path)])
+    assert "fruit_env:NoSuchGame-MinAtar-v0" in capsys.readouterr().err
+    # a PPO-only study does not need GRPO's game
+    assert suite.parse_args(["nosuch", "--peers", "ppo_jax", "--results", str(tmp_path)])
+
+
+# ---------------------------------------------------------------- equal wall-clock
+
+
+def test_wallclock_needs_the_ppo_peer_on_every_task(suite: Any, tmp_path: Path) -> None:
+    for bad in (
+        ["breakout", "--wallclock", "--peers", "grpo"],
+        ["fruit", "--wallclock"],  # gymnax has no Fruit Catcher: no PPO time to take
+        ["cartpole", "--wallclock", "--throughput", "3"],
+        ["cartpole", "--wallclock", "--calibrate", "0"],
+    ):
+        with pytest.raises(SystemExit):
+            suite.parse_args([*bad, "--results", str(tmp_path)])
+    args = suite.parse_args(["cartpole", "--wallclock", "--set", 'w={"window": 64}'])
+    assert [r.name for r in suite.study_rows(args)] == ["ppo_jax", "grpo", "w"]
+
+
+def test_the_env_steps_a_time_budget_buys(suite: Any) -> None:
+    wallclock = sys.modules["suite_wallclock"]
+    calibration = {
+        "first_update_s": 2.0,
+        "median_update_env_steps_per_s": 10_000.0,
+        "updates": 4,
+        "env_steps": 4 * 1024,
+    }
+    # the first update (2 s), then 8 s at 10k/s with 10% headroom = 88k steps: 85 whole
+    # updates of 1024 more
+    assert wallclock.HEADROOM == 1.1
+    assert wallclock.estimate_env_steps(calibration, 10.0) == 1024 * 86
+    assert wallclock.estimate_env_steps(calibration, 1.0) == 1024  # at least one update
+    with pytest.raises(ValueError, match="timed no update"):
+        wallclock.estimate_env_steps({"error": "boom"}, 10.0)
+
+
+def test_a_wallclock_run_calibrates_then_trains_to_the_peers_time(suite: Any) -> None:
+    wallclock = sys.modules["suite_wallclock"]
+    jobs: list[dict[str, Any]] = []
+
+    def fake_run(job: dict[str, Any]) -> dict[str, Any]:
+        jobs.append(job)
+        if job.get("throughput"):  # 1024 env steps per update, 100k/s after a 1 s first one
+            updates = job["throughput"] + 2
+            return {
+                "first_update_s": 1.0,
+                "median_update_env_steps_per_s": 100_000.0,
+                "updates": updates,
+                "env_steps": 1024 * updates,
+            }
+        return {"trainer": job["row"], "env_steps": job["budget"]}
+
+    job = {"row": "grpo", "seed": 0, "repeat": 0, "cpu": 0, "budget": 1_000_000}
+    record = wallclock.run_wallclock(job, 9.0, 5, fake_run)
+    # the task's budget and the estimate (1024 + 8 s x 100k/s x 1.1) size updates alike
+    assert [j["budget"] for j in jobs] == [1_000_000, 1024 * 860]
+    assert jobs[0]["throughput"] == 5 and jobs[0]["row"] != "grpo"  # its own file
+    assert jobs[1]["time_budget_s"] == 9.0 and record["estimated_env_steps"] == 1024 * 860
+    assert len(record["calibrations"]) == 1 and record["trainer"] == "grpo"
+    jobs.clear()
+    record = wallclock.run_wallclock(job, 0.5, 5, fake_run)  # one update: smaller updates
+    assert [j["budget"] for j in jobs] == [1_000_000, 1024, 1024]
+    assert len(record["calibrations"]) == 2
+    failed = wallclock.run_wallclock(job, None, 5, fake_run)
+    assert "ppo_jax run of this seed failed" in failed["error"]
+
+
+def test_wallclock_side_by_side_and_its_table(suite: Any, tmp_path: Path) -> None:
+    ppo = [
+        run(s, "ppo_jax", [(500_000, 10.0, 10.0, 12.0), (1_000_000, 20.0, v, 30.0)])
+        for s, v in ((0, 20.0), (1, 25.0))
+    ]
+    for r in ppo:
+        for point in r["curve"]:
+            point["elapsed_s"] = point["train_s"] + 15.0  # its compile
+        r["elapsed_s"] = 35.0
+    grpo = [
+        run(0, "grpo", [(300_000, 17.0, 21.0, 22.0), (600_000, 35.1, 30.0, 31.0)]),
+        run(1, "grpo", [(300_000, 17.0, 5.0, 6.0), (500_000, 34.0, 8.0, 20.0)]),
+    ]
+    reasons = ["the time budget (35.00 s of training) is spent", None]
+    for r, reason in zip(grpo, reasons, strict=True):
+        r |= {"time_budget_s": 35.0, "stop_reason": reason, "estimated_env_steps": 640_000}
+    runs = {"ppo_jax": ppo, "grpo": grpo}
+    data = {**payload(suite, "breakout", runs), "versus_peer_wallclock": None}
+    data["versus_peer_wallclock"] = sys.modules["suite_wallclock"].side_by_side(runs, "ppo_jax")
+    row = data["versus_peer_wallclock"]["grpo"]
+    first = row["seeds"][0]
+    assert first["peer"]["to_ppo_final_s"] == 35.0 and first["grpo"]["to_ppo_final_s"] == 17.0
+    assert first["grpo"]["final_sampled"] == 31.0 and first["greedy_at_least_peer"] is True
+    assert row["seeds"][1]["grpo"]["to_ppo_final_s"] is None
+    assert (row["greedy_at_least_peer"], row["of"]) == (1, 2)
+    assert row["grpo_median_to_peer_final_s"] is None  # 1 of 2 got there: no majority
+    (tmp_path / "suite_breakout.json").write_text(json.dumps(data))
+    table = suite.render_table(tmp_path).splitlines()
+    assert (
+        "| breakout | 0 | PPO (JAX) | 35.0 s | 1.00M | 20.0 | 30.0 | 35.0 s (1.00M) | - |" in table
+    )
+    assert (
+        "| breakout | 0 | GRPO | 35.1 s | 600k | 30.0 | 31.0 | 17.0 s (300k) | the clock |" in table
+    )
+    assert "| breakout | 1 | GRPO | 34.0 s | 500k | 8.00 | 20.0 | - | its env steps |" in table
+    assert any("greedy at least PPO (JAX)'s on 1 of 2 seeds" in line for line in table)
+
+
+def test_a_grpo_run_stops_at_its_time_budget_with_both_evaluations(
+    runs_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Breakout on the kit: a budget of next to no time stops the run after its second
+    update (the first one asks), with a reason that names the budget, and its last
+    evaluation is that of its last update; the trainer's evaluation plays greedy and sampled."""
+    import grpo_trainer.run.evaluation as evaluation
+
+    played: list[bool] = []
+    evaluate = evaluation.evaluate
+
+    def recording(*args: Any, greedy: bool = True, **kwargs: Any) -> dict[str, float]:
+        played.append(greedy)
+        return evaluate(*args, greedy=greedy, **kwargs)
+
+    monkeypatch.setattr(evaluation, "evaluate", recording)
+    task = runs_module.TASKS["breakout"]
+    job = grpo_job(budget=10_000_000, flags=["--num-groups", "2"], time_budget_s=1e-9)
+    record = runs_module.run_grpo(task, job)
+    assert record["config"]["run"]["env"] == "fruit_env:Breakout-MinAtar-v0"
+    assert record["stop_reason"].startswith(runs_module.TIME_BUDGET)
+    assert record["updates"] == 2 and record["env_steps"] < 10_000_000
+    assert record["curve"][-1]["env_steps"] == record["env_steps"]
+    assert played == [True, False] * len(record["curve"])
+    last = record["curve"][-1]
+    assert (
+        record["final_eval"] == last["eval"]
+        and record["final_eval_sampled"] == last["eval_sampled"]
+    )
+    assert last["eval_sampled"] is not None and record["time_budget_s"] == 1e-9
+    unlimited = runs_module.run_grpo(task, grpo_job(budget=2048, flags=["--num-groups", "2"]))
+    assert unlimited["stop_reason"] is None and unlimited["env_steps"] >= 2048
+
+
+@pytest.mark.slow
+def test_smoke_wallclock_study_gives_grpo_the_peers_seconds_on_its_core(tmp_path: Path) -> None:
+    pytest.importorskip("gymnax")
+    command = [sys.executable, str(SCRIPT), "cartpole", "--wallclock", "--budget", "4096"]
+    command += ["--seeds", "0", "--calibrate", "2", "--eval-episodes", "5"]
+    command += ["--results", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "suite_cartpole.json").read_text())
+    assert result["wallclock"] and result["peers"] == ["ppo_jax", "grpo"]
+    assert result["envs"] == {"ppo_jax": "CartPole-v1", "grpo": "CartPole-v1"}
+    (ppo,), (grpo,) = result["runs"]["ppo_jax"], result["runs"]["grpo"]
+    assert ppo["elapsed_s"] >= ppo["compile_s"] + ppo["train_s"]
+    assert grpo["time_budget_s"] == ppo["elapsed_s"] and grpo["cpu"] == ppo["cpu"]
+    assert grpo["cpus_allowed"] == ppo["cpus_allowed"] == [ppo["cpu"]]
+    assert grpo["config"]["total_env_steps"] == grpo["estimated_env_steps"]
+    assert grpo["calibrations"][0]["budget"] == 4096
+    # the clock or the estimated env steps ended it, and the record says which
+    by_clock = grpo["stop_reason"] is not None
+    assert by_clock or grpo["env_steps"] >= grpo["estimated_env_steps"]
+    assert not by_clock or grpo["stop_reason"].startswith("the time budget")
+    for record in (ppo, grpo):
+        assert record["final_eval"] is not None and record["final_eval_sampled"] is not None
+    (seed,) = result["versus_peer_wallclock"]["grpo"]["seeds"]
+    assert (
+        seed["budget_s"] == ppo["elapsed_s"] and seed["peer"]["final_greedy"] == ppo["final_eval"]
+    )
+    assert seed["grpo"]["final_sampled"] == grpo["final_eval_sampled"]
+
+
+def test_an_sb3_run_reports_its_greedy_and_sampled_returns(runs_module: Any) -> None:
+    pytest.importorskip("stable_baselines3")
+    task = runs_module.TASKS["cartpole"]
+    record = runs_module.run_sb3(task, {"seed": 0, "budget": 512, "eval_episodes": 3})
+    assert record["env_steps"] >= 512 and record["curve"]
+    for point in record["curve"]:
+        assert point["eval"] >= 8 and point["eval_sampled"] >= 8  # CartPole lasts 8+ steps
+    assert record["final_eval_sampled"] == record["curve"][-1]["eval_sampled"]
+
+
+def test_a_wallclock_run_that_left_seconds_unused_runs_again_at_its_own_pace(
+    suite: Any,
+) -> None:
+    wallclock = sys.modules["suite_wallclock"]
+    jobs: list[dict[str, Any]] = []
+
+    def fake_run(job: dict[str, Any]) -> dict[str, Any]:
+        """Calibrated at 100k env-steps/s; a whole run goes at 200k/s, after a 1 s first
+        update; the clock stops it at the budget, else its env steps do."""
+        jobs.append(job)
+        if job.get("throughput"):
+            updates = job["throughput"] + 2
+            return {
+                "first_update_s": 1.0,
+                "median_update_env_steps_per_s": 100_000.0,
+                "updates": updates,
+                "env_steps": 1024 * updates,
+            }
+        seconds = 1.0 + (job["budget"] - 1024) / 200_000
+        clock = seconds >= job["time_budget_s"]
+        steps = job["budget"] if not clock else 1024 + int(200_000 * (job["time_budget_s"] - 1))
+        steps -= steps % 1024
+        return {
+            "env_steps": steps,
+            "updates": steps // 1024,
+            "first_update_s": 1.0,
+            "train_s": min(seconds, job["time_budget_s"]),
+            "elapsed_s": min(seconds, job["time_budget_s"]),
+            "stop_reason": "the time budget (9.00 s of training) is spent" if clock else None,
+        }
+
+    job = {"row": "grpo", "seed": 0, "repeat": 0, "cpu": 0, "budget": 1_000_000}
+    record = wallclock.run_wallclock(job, 9.0, 5, fake_run)
+    (aside,) = record["set_aside"]  # 880k env steps took 5.4 s of 9: run again
+    assert aside["env_steps"] == 1024 * 860 and aside["stop_reason"] is None
+    assert aside["elapsed_s"] < 0.95 * 9.0
+    # at its own pace (200k/s) with 10% headroom, the second run is cut by the clock
+    assert jobs[-1]["budget"] == record["estimated_env_steps"] > aside["env_steps"]
+    assert record["stop_reason"].startswith("the time budget")
+    assert len(jobs) == 3  # one calibration, two runs
