@@ -75,6 +75,15 @@ class EnvIO:
         # Scores the env calls good enough, e.g. {"catch_rate": 0.70}: the run records when
         # its evaluation first reaches one (periodic_eval).
         self.episode_goals: dict[str, float] = dict(metadata.get("episode_goals", {}))
+        # env kwargs that change how the env runs, not its games: a resumed run may change them
+        self.free_kwargs = frozenset(
+            {
+                "device",
+                "render_mode",
+                *metadata.get("fast_kwargs", {}),
+                *metadata.get("free_kwargs", ()),
+            }
+        )
         self.restart_method = _restart_method(self)
         # what the env takes as actions: numpy where its observations are numpy (decided by
         # what the first reset returns), else the trainer's tensors as they are

@@ -43,7 +43,9 @@ class GRPOTrainer(GRPO):
         refusing one made for other spaces or another network. Returns the file read."""
         payload, found = checkpoint.load_for_resume(path)
         spaces = checkpoint.space_signature(self.env.observation_space, self.env.action_space)
-        checkpoint.check_compatible(payload, found, spaces, self.config.to_dict())
+        config = self.config.to_dict()
+        checkpoint.check_compatible(payload, found, spaces, config)
+        checkpoint.check_same_env(payload, found, config["run"], self.env.free_kwargs)
         self.load_state_dict(payload, str(found))
         self.checkpoint_extras = {k: v for k, v in payload.items() if k not in STATE_KEYS}
         log.info(
@@ -65,6 +67,11 @@ class GRPOTrainer(GRPO):
         otherwise). With `config.run.wandb`, rank 0 also logs to Weights & Biases; a missing
         wandb package raises `ImportError` before anything runs, on every rank.
         """
+        if self.device.type == "meta":
+            raise ValueError(
+                "device 'meta' holds no data: it checks shapes in tests (update() runs on it), "
+                "but train() needs values to report and save; use 'cpu' or 'cuda'"
+            )
         best = resumed_best(self.checkpoint_extras)
         outcome = Harness(self, callbacks, eval_envs, best).run()
         self.stop_signal, self.stop_reason = outcome.stop_signal, outcome.stop_reason

@@ -223,7 +223,8 @@ def config_from_args(args: argparse.Namespace) -> GRPOConfig:
         except ValueError as err:
             raise ValueError(f"--config {args.config}: {err}") from None
         data.update({k: v for k, v in loaded.items() if k != "run"})
-        data["run"].update(loaded.get("run", {}))
+        # a file's overwrite never carries over: replacing a run is asked for on the command
+        data["run"].update({k: v for k, v in loaded.get("run", {}).items() if k != "overwrite"})
     run_fields = {f.name for f in dataclasses.fields(RunConfig)}
     grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
     for name, value in vars(args).items():  # only the flags given (their default: SUPPRESS)
@@ -255,7 +256,6 @@ def _train(args: argparse.Namespace) -> int:
     import torch
 
     from grpo_trainer.base import distributed
-    from grpo_trainer.run.harness import Harness
     from grpo_trainer.run.trainer import GRPOTrainer
 
     config = config_from_args(args)
@@ -273,14 +273,15 @@ def _train(args: argparse.Namespace) -> int:
             ) from None
         log.info("training %s on %s with %d sub-envs", config.run.env, device, config.num_envs)
         torch.set_float32_matmul_precision("high")
-        outcome = Harness(GRPOTrainer(envs, config)).run()
+        trainer = GRPOTrainer(envs, config)
+        metrics = trainer.train()  # as a script's .train(): a resumed run keeps its best.pt
         envs.close()
     finally:
         distributed.shutdown()
-    if outcome.stop_signal:  # stopped early, checkpoint written: 128 + signal, as shells do
-        number = getattr(signal.Signals, outcome.stop_signal, signal.SIGTERM)
+    if trainer.stop_signal:  # stopped early, checkpoint written: 128 + signal, as shells do
+        number = getattr(signal.Signals, trainer.stop_signal, signal.SIGTERM)
         return 128 + int(number)
-    return 0 if outcome.metrics or config.run.resume else 1
+    return 0 if metrics or config.run.resume else 1
 
 
 def _sweep(args: argparse.Namespace) -> int:
