@@ -72,6 +72,9 @@ RUN_FIELDS = {"env", "fused_optimizer"}
 # checkpoint states are digested without them.
 REMOVED = {"warmup_fraction": 0.0, "weight_decay": 0.0, "ref_update_every": 0}
 REMOVED_RUN = {"eval_sampled": False}
+# Run fields added since, which change no training (how a run dir is treated): dropped from
+# the newer tree's checkpoint state before it is digested.
+ADDED_RUN = ("overwrite",)
 
 
 def _digest(value: Any) -> str:
@@ -105,6 +108,8 @@ def fingerprint(case: dict[str, Any]) -> dict[str, Any]:
         for name, value in removed.items():
             if name in fields:
                 assert fields.pop(name) == value, name
+    for name in ADDED_RUN:
+        state["config"]["run"].pop(name, None)
     return {
         "policy": _digest(trainer.policy.state_dict()),
         "optimizer": _digest(trainer.optimizer.state_dict()),
