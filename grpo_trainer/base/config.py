@@ -399,7 +399,7 @@ class GRPOConfig:
         if self.minibatch_size is None:
             self.minibatch_size = max(1, self.num_envs * self.rollout_steps // MINIBATCHES)
         _check_int(self, "anchor_samples", minimum=1)
-        self._clamp_minibatch(self.max_episode_steps)
+        _clamp_minibatch(self, self.max_episode_steps)
         if self.lr is None:
             self.lr = lr_for(self.minibatch_size, device.max_lr)
         if self.window is not None:  # else resolved with the env (for_episode_limit)
@@ -449,21 +449,6 @@ class GRPOConfig:
         if not isinstance(self.run, RunConfig):
             raise ValueError(f"run must be a RunConfig, got {self.run!r}")
 
-    def _clamp_minibatch(self, episode_limit: int | None) -> None:
-        """A minibatch larger than the update (or a trust region) holds is the update: clamp
-        it, with a warning, so that the learning rate follows the minibatch that is used."""
-        _check_int(self, "minibatch_size", minimum=1)
-        steps = self.rollout_steps if self.rollout == "windowed" else episode_limit
-        most = [self.num_envs * steps] if steps else []
-        most += [self.anchor_samples] if self.anchor_samples else []
-        if most and self.minibatch_size > min(most):
-            warnings.warn(
-                f"minibatch_size {self.minibatch_size} is more than an update's "
-                f"{min(most)} samples: using {min(most)} (the learning rate follows it)",
-                stacklevel=4,
-            )
-            self.minibatch_size = min(most)
-
     @property
     def num_envs(self) -> int:
         assert self.num_groups is not None  # resolved in __post_init__
@@ -476,7 +461,7 @@ class GRPOConfig:
             return self
         resolved = dataclasses.replace(self, window=window_for(episode_limit))
         resolved._derived = self._derived  # window, gamma and epochs: derived here
-        resolved._clamp_minibatch(self.max_episode_steps or episode_limit)
+        _clamp_minibatch(resolved, self.max_episode_steps or episode_limit)
         if "lr" in self._derived:
             resolved.lr = lr_for(resolved.minibatch_size, device_defaults(self.run.device).max_lr)
         return resolved
@@ -521,6 +506,22 @@ class GRPOConfig:
         _reject_unknown(cls, data)
         _reject_unknown(RunConfig, run)
         return cls(**data, run=RunConfig(**run))
+
+
+def _clamp_minibatch(config: GRPOConfig, episode_limit: int | None) -> None:
+    """A minibatch larger than the update (or a trust region) holds is the update: clamp it,
+    with a warning, so that the learning rate follows the minibatch that is used."""
+    _check_int(config, "minibatch_size", minimum=1)
+    steps = config.rollout_steps if config.rollout == "windowed" else episode_limit
+    most = [config.num_envs * steps] if steps else []
+    most += [config.anchor_samples] if config.anchor_samples else []
+    if most and config.minibatch_size > min(most):
+        warnings.warn(
+            f"minibatch_size {config.minibatch_size} is more than an update's {min(most)} "
+            f"samples: using {min(most)} (the learning rate follows it)",
+            stacklevel=5,
+        )
+        config.minibatch_size = min(most)
 
 
 def without_derived(data: dict[str, Any]) -> dict[str, Any]:
