@@ -113,4 +113,8 @@ def open_run(config: GRPOConfig, device: torch.device | None = None) -> GRPOTrai
             f"{config.run.env_kwargs}: {err}"
         ) from None
     log.info("training %s on %s with %d sub-envs", config.run.env, device, config.num_envs)
-    return GRPOTrainer(envs, config, resumed=resumed)
+    trainer = GRPOTrainer(envs, config, resumed=resumed)
+    resolved = trainer.config  # the window, gamma and epochs follow the env's episode limit
+    derived = ", ".join(f"{name}={getattr(resolved, name)}" for name in resolved.derived)
+    log.info("derived (config.json names them): %s", derived or "none")
+    return trainer
