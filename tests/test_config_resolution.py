@@ -15,6 +15,7 @@ import torch
 from grpo_trainer import GRPOConfig, GRPOTrainer
 from grpo_trainer.base.config import DERIVED_FIELDS, RunConfig
 from grpo_trainer.envs import make_envs
+from grpo_trainer.run.trainer import open_run
 from grpo_trainer.tools.cli import build_parser, config_from_args
 from grpo_trainer.tools.search_space import parse_space
 from grpo_trainer.tools.sweep import Sweep
@@ -116,8 +117,8 @@ def test_a_resumed_run_keeps_what_it_derived(written_config: Path) -> None:
     """A longer budget on --resume extends the run: same batch, learning rate and window."""
     run_dir = written_config.parent
     saved = json.loads(written_config.read_text())
-    resumed = _cli("--config", str(written_config), "--resume", str(run_dir),
-                   "--total-env-steps", "10000000")  # fmt: skip
+    resumed = open_run(_cli("--config", str(written_config), "--resume", str(run_dir),
+                            "--total-env-steps", "10000000")).config  # fmt: skip
     assert resumed.total_env_steps == 10_000_000
     kept = {n: getattr(resumed, n) for n in BUDGET_GIVEN}
     assert kept == {n: saved[n] for n in BUDGET_GIVEN}

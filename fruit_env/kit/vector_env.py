@@ -58,6 +58,9 @@ class TensorVectorEnv(VectorEnv):
         # `make_vec` keyword arguments for a caller whose actions are always valid (a
         # trainer sampling from the action space): skip the per-step action check.
         "fast_kwargs": {"validate_actions": False},
+        # keyword arguments that change how the env runs, never its games (a resumed run may
+        # change them)
+        "free_kwargs": ("compile",),
         # Sub-env i plays the same game for the same seed and actions whatever num_envs is
         # (its randomness is its own key and counter): `grpo_trainer.tools.checker` tests it.
         "num_envs_invariant": True,

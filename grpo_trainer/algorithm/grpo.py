@@ -40,6 +40,7 @@ from grpo_trainer.base.collective import Collective
 from grpo_trainer.base.config import GRPOConfig
 from grpo_trainer.base.metrics import Clock, cross_rank, memory_stats, to_host
 from grpo_trainer.base.schedules import lr_factor
+from grpo_trainer.envs.contract import read_contract
 from grpo_trainer.envs.env_io import EnvIO
 from grpo_trainer.envs.episodes import summarise
 
@@ -61,7 +62,9 @@ class GRPO:
         cfg = config or GRPOConfig()
         run = cfg.run
         self.collective = distributed.collective()
-        self.device = distributed.rank_device(resolve_device(run.device))
+        # 'auto' follows the env where it declares a device (its contract), else cuda if any
+        own = read_contract(envs).device if run.device == "auto" else None
+        self.device = distributed.rank_device(own or resolve_device(run.device))
         self.amp = resolve_amp(run.amp, self.device)
         self.env = EnvIO(envs, self.device)
         # the window follows the episode limit (the trainer's own, else the env's)

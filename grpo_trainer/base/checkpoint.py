@@ -15,7 +15,7 @@ import os
 import re
 import struct
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +131,7 @@ def _write(payload: dict[str, Any], path: Path) -> None:
         os.replace(tmp, path)
     except BaseException as err:
         tmp.unlink(missing_ok=True)
+        err = _os_error(err)
         if isinstance(err, OSError):
             hint = " (disk full)" if err.errno in (errno.ENOSPC, errno.EDQUOT) else ""
             raise OSError(
@@ -140,6 +141,15 @@ def _write(payload: dict[str, Any], path: Path) -> None:
             ) from err
         raise
     _fsync_dir(path.parent)
+
+
+def _os_error(err: BaseException) -> BaseException:
+    """The `OSError` behind `err`: `torch.save` reports a failed write (a full disk) as a
+    `RuntimeError` from its zip writer, with the file's `OSError` as its context."""
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__ or cause.__context__
+    return cause or err
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -195,11 +205,12 @@ def remove_stale_temp_files(folder: Path) -> None:
     """Delete temporary files left by a process killed mid-save (its pid no longer runs)."""
     for tmp in folder.glob(".*.tmp-*"):
         m = _TEMP.match(tmp.name)
-        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+        if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))):
             tmp.unlink(missing_ok=True)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs (on this machine)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -307,4 +318,30 @@ def check_compatible(
     if problems:
         raise CheckpointError(
             f"checkpoint {where} is incompatible with this run: " + "; ".join(problems)
+        )
+
+
+def check_same_env(
+    payload: Mapping[str, Any], where: Path, run: Mapping[str, Any], free: Collection[str]
+) -> None:
+    """Refuse to continue a checkpoint's episodes in another env: another env id, or another
+    value of an env kwarg that may shape the state (every kwarg but those in `free`, which
+    only change how the env runs: its device, its fast options). The episodes it holds would
+    otherwise be restored into an env whose rules they do not fit."""
+    saved = (payload.get("config") or {}).get("run") or {}
+    problems = []
+    if saved.get("env", run["env"]) != run["env"]:
+        problems.append(f"env: checkpoint {saved['env']!r}, this run {run['env']!r}")
+    ours, theirs = run["env_kwargs"], saved.get("env_kwargs", run["env_kwargs"])
+    for name in sorted(set(ours) | set(theirs)):
+        if name not in free and ours.get(name) != theirs.get(name):
+            problems.append(
+                f"env_kwargs[{name!r}]: checkpoint {theirs.get(name, '(unset)')!r}, "
+                f"this run {ours.get(name, '(unset)')!r}"
+            )
+    if problems:
+        raise CheckpointError(
+            f"checkpoint {where} holds episodes of another env: "
+            + "; ".join(problems)
+            + "; resume with the env and --env-kwargs it was trained with"
         )

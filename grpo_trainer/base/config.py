@@ -14,6 +14,7 @@ import math
 import os
 import types
 import typing
+import warnings
 from typing import Any, Literal, get_args, get_origin
 
 # The batch a run gets by default follows its budget (docs/trainer.md, "Defaults that
@@ -185,6 +186,9 @@ class RunConfig:
         None, "where config, metrics and checkpoints go; None writes nothing"
     )
     resume: str | None = _field(None, "a checkpoint file or a run directory to continue from")
+    overwrite: bool = _field(
+        False, "a fresh run into a run_dir that holds a run replaces it (else refused)"
+    )
     checkpoint_every: int = _field(0, "updates between periodic checkpoints (0: only at the end)")
     keep_checkpoints: int = _field(3, "numbered checkpoints kept (last.pt and best.pt besides)")
     progress: bool = _field(True, "live progress line and a summary table")
@@ -218,7 +222,7 @@ class RunConfig:
         _check_int(self, "seed", minimum=0)
         if self.seed >= 2**63:
             raise ValueError(f"seed must be below 2**63, got {self.seed}")
-        for name in ("fused_optimizer", "progress", "tensorboard", "wandb"):
+        for name in ("fused_optimizer", "overwrite", "progress", "tensorboard", "wandb"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("run_dir", "resume"):
@@ -394,6 +398,8 @@ class GRPOConfig:
         _check_int(self, "num_groups", minimum=1)
         if self.minibatch_size is None:
             self.minibatch_size = max(1, self.num_envs * self.rollout_steps // MINIBATCHES)
+        _check_int(self, "anchor_samples", minimum=1)
+        _clamp_minibatch(self, self.max_episode_steps)
         if self.lr is None:
             self.lr = lr_for(self.minibatch_size, device.max_lr)
         if self.window is not None:  # else resolved with the env (for_episode_limit)
@@ -409,7 +415,6 @@ class GRPOConfig:
             _check_int(self, name, minimum=1)
         if self.epochs is not None:
             _check_int(self, "epochs", minimum=1)
-        _check_int(self, "anchor_samples", minimum=1)
         _check_choice(self, "rollout", RolloutMode)
         _check_choice(self, "advantage", AdvantageMode)
         _check_choice(self, "scale", ScaleMode)
@@ -456,6 +461,9 @@ class GRPOConfig:
             return self
         resolved = dataclasses.replace(self, window=window_for(episode_limit))
         resolved._derived = self._derived  # window, gamma and epochs: derived here
+        _clamp_minibatch(resolved, self.max_episode_steps or episode_limit)
+        if "lr" in self._derived:
+            resolved.lr = lr_for(resolved.minibatch_size, device_defaults(self.run.device).max_lr)
         return resolved
 
     def with_derived(self, values: dict[str, Any]) -> GRPOConfig:
@@ -498,6 +506,22 @@ class GRPOConfig:
         _reject_unknown(cls, data)
         _reject_unknown(RunConfig, run)
         return cls(**data, run=RunConfig(**run))
+
+
+def _clamp_minibatch(config: GRPOConfig, episode_limit: int | None) -> None:
+    """A minibatch larger than the update (or a trust region) holds is the update: clamp it,
+    with a warning, so that the learning rate follows the minibatch that is used."""
+    _check_int(config, "minibatch_size", minimum=1)
+    steps = config.rollout_steps if config.rollout == "windowed" else episode_limit
+    most = [config.num_envs * steps] if steps else []
+    most += [config.anchor_samples] if config.anchor_samples else []
+    if most and config.minibatch_size > min(most):
+        warnings.warn(
+            f"minibatch_size {config.minibatch_size} is more than an update's {min(most)} "
+            f"samples: using {min(most)} (the learning rate follows it)",
+            stacklevel=5,
+        )
+        config.minibatch_size = min(most)
 
 
 def without_derived(data: dict[str, Any]) -> dict[str, Any]:

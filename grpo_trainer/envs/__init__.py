@@ -1,9 +1,11 @@
-"""Making the vector env a config names: `gymnasium.make_vec` plus what the env declares.
+"""Making the vector env a config names: `gymnasium.make_vec`, then the env's contract.
 
-When the trainer builds its own env it passes `device` if the env takes one, and the env's
-declared fast options: a vector env class may list, in `metadata["fast_kwargs"]`, keyword
-arguments that are safe for a caller whose actions always come from the action space and
-that make it faster (Fruit Catcher: no per-step action check). The user's `env_kwargs` win.
+A vector entry point (a native vector env, class or function) is asked for the trainer's
+`device`; one that refuses the keyword (Gymnasium's numpy vector envs) is made without it.
+Per-sub-env envs (sync and async vectorization) never get it. No entry point's signature is
+read: the env's fast options are set on the instance once it is made, from what the instance
+declares (`contract.apply_fast_options`), so a game registered as a function gets the same as
+one registered as a class. The user's `env_kwargs` win.
 
 Envs from libraries with their own vector API come through `FACTORIES`, by a prefix:
 `gymnax:CartPole-v1` (JAX envs in our `GymnaxVectorEnv`: one compiled step, torch in and
@@ -11,13 +13,13 @@ out through DLPack, state snapshots), `envpool:CartPole-v1` and `minatar:Breakou
 factory imports its library only when called, and says (once, as a warning) what the env
 lacks and what the trainer does instead. Other ids, `module:EnvId` included, go to
 `gymnasium.make_vec`. The modules beside this one give each env family the sub-env state
-protocol that GRPO's groups need (`state` picks one for an env).
+protocol that GRPO's groups need (`state` picks one for an env), and read what the trainer
+needs from an env (`contract`).
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
 import os
 import warnings
 from collections.abc import Callable
@@ -28,53 +30,48 @@ import gymnasium as gym
 import torch
 
 from grpo_trainer.base.config import GRPOConfig
+from grpo_trainer.envs.contract import apply_fast_options
 
 
 def make_envs(config: GRPOConfig, num_envs: int, device: torch.device, **extra: Any) -> Any:
-    """`gymnasium.make_vec` for the config's env, with `device` and the env's fast options;
+    """`gymnasium.make_vec` for the config's env on `device`, with the env's fast options;
     or the factory its prefix names (`FACTORIES`)."""
     prefix, _, name = config.run.env.partition(":")
+    given = {**config.run.env_kwargs, **extra}
     if name and prefix in FACTORIES:
-        kwargs = {**config.run.env_kwargs, **extra}
         try:
-            return FACTORIES[prefix](name, num_envs, device, config.run.seed, kwargs)
+            return FACTORIES[prefix](name, num_envs, device, config.run.seed, given)
         except ModuleNotFoundError as err:
             raise ValueError(
                 f"env {config.run.env!r} needs {err.name!r}: pip install -e '.[{prefix}]'"
             ) from None
-    creator = _vector_creator(config.run.env)
-    kwargs: dict[str, Any] = {}
-    if creator is not None:
-        kwargs.update(getattr(creator, "metadata", {}).get("fast_kwargs", {}))
-        if _accepts(creator, "device"):
-            kwargs["device"] = str(device)
-    kwargs.update(config.run.env_kwargs)
-    kwargs.update(extra)
     try:
-        return gym.make_vec(config.run.env, num_envs=num_envs, **kwargs)
+        if _native_vector(config.run.env, given) and "device" not in given:
+            try:
+                envs = gym.make_vec(config.run.env, num_envs, device=str(device), **given)
+            except TypeError as err:
+                if "'device'" not in str(err):  # refused another keyword: the user's to fix
+                    raise
+                envs = gym.make_vec(config.run.env, num_envs, **given)  # a numpy vector env
+        else:
+            envs = gym.make_vec(config.run.env, num_envs, **given)
     except (gym.error.Error, ModuleNotFoundError) as err:
         raise ValueError(f"cannot make env {config.run.env!r}: {err}") from None
+    apply_fast_options(envs, given)
+    return envs
 
 
-def _vector_creator(env_id: str) -> Any:
-    """The registered vector entry point of `env_id` (a class or function), or None."""
+def _native_vector(env_id: str, kwargs: dict[str, Any]) -> bool:
+    """Will `make_vec` call `env_id`'s vector entry point (rather than one env per sub-env)?"""
     module, _, name = env_id.rpartition(":")
+    if module:
+        importlib.import_module(module)  # registers its envs; a missing module: make_vec says
     try:
-        if module:
-            importlib.import_module(module)
-        entry = gym.spec(name).vector_entry_point
-    except (gym.error.Error, ModuleNotFoundError):
-        return None
-    if entry is None:
-        return None
-    return gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
-
-
-def _accepts(creator: Any, name: str) -> bool:
-    try:
-        return name in inspect.signature(creator).parameters
-    except (TypeError, ValueError):
+        spec = gym.spec(name)
+    except gym.error.Error:
         return False
+    mode = kwargs.get("vectorization_mode")
+    return spec.vector_entry_point is not None and mode in (None, "vector_entry_point")
 
 
 # -- envs from libraries with their own vector API ---------------------------------------------

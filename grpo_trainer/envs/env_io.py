@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode
 from torch import Tensor
 
+from grpo_trainer.envs.contract import read_contract
 from grpo_trainer.envs.state import has_state_protocol, with_state_protocol
 
 __all__ = [
@@ -60,21 +60,17 @@ class EnvIO:
     """Adapter between one Gymnasium vector env and the trainer's device."""
 
     def __init__(self, envs: gym.vector.VectorEnv, device: torch.device) -> None:
-        if not hasattr(envs, "num_envs") or not hasattr(envs, "single_action_space"):
-            raise ValueError(f"expected a gymnasium.vector.VectorEnv, got {type(envs).__name__}")
+        self.contract = contract = read_contract(envs)
         self.envs = with_state_protocol(envs)
         self.device = device
-        self.num_envs = int(envs.num_envs)
-        self.observation_space = envs.single_observation_space
-        self.action_space = envs.single_action_space
-        metadata = getattr(envs, "metadata", None) or {}
-        self.autoreset_mode = AutoresetMode(metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
-        # Success ratios the env declares over its episode fields, e.g. Fruit Catcher's
-        # {"catch_rate": ("caught", "missed")}: reported as hits / (hits + misses).
-        self.episode_ratios: dict[str, tuple[str, str]] = dict(metadata.get("episode_ratios", {}))
-        # Scores the env calls good enough, e.g. {"catch_rate": 0.70}: the run records when
-        # its evaluation first reaches one (periodic_eval).
-        self.episode_goals: dict[str, float] = dict(metadata.get("episode_goals", {}))
+        self.num_envs = contract.num_envs
+        self.observation_space = contract.observation_space
+        self.action_space = contract.action_space
+        self.autoreset_mode = contract.autoreset_mode
+        # e.g. Fruit Catcher's {"catch_rate": ("caught", "missed")}: hits / (hits + misses)
+        self.episode_ratios = dict(contract.episode_ratios)
+        self.episode_goals = dict(contract.episode_goals)  # recorded when first reached
+        self.free_kwargs = contract.free_kwargs
         self.restart_method = _restart_method(self)
         # what the env takes as actions: numpy where its observations are numpy (decided by
         # what the first reset returns), else the trainer's tensors as they are
@@ -83,16 +79,8 @@ class EnvIO:
         self.indices = torch.arange(self.num_envs, device=device)  # every sub-env, in order
 
     def max_episode_steps(self) -> int | None:
-        """The env's own episode limit: its `max_episode_steps` attribute (what it was made
-        with), else its spec's (set by `gymnasium.make_vec` from the registration)."""
-        own = getattr(self.envs.unwrapped, "max_episode_steps", None)
-        if isinstance(own, (int, np.integer)) and not isinstance(own, bool) and own > 0:
-            return int(own)
-        spec = getattr(self.envs, "spec", None)
-        steps = getattr(spec, "max_episode_steps", None)
-        if steps is None and spec is not None:  # an EnvSpec registered without a limit
-            steps = (getattr(spec, "kwargs", None) or {}).get("max_episode_steps")
-        return int(steps) if steps else None
+        """The env's own episode limit (`EnvContract.episode_limit`)."""
+        return self.contract.episode_limit
 
     # -- starting groups ---------------------------------------------------------------------
 
@@ -285,7 +273,7 @@ class ByAutoreset(RestartMethod):
 
 
 def _restart_method(io: EnvIO) -> RestartMethod:
-    if has_state_protocol(io.envs):
+    if has_state_protocol(io.envs):  # the env's own, or its family adapter's
         return FromSnapshots(io)
     if isinstance(io.envs.unwrapped, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
         return FromSeeds(io)

@@ -12,6 +12,8 @@ import contextlib
 import json
 import logging
 import math
+import os
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,6 +52,7 @@ class RunFiles(Callback):
         self.last_checkpoint: Path | None = None
         self.writer: MetricsWriter | None = None
         self._checkpoint_due = False  # a periodic checkpoint waits for a clean update
+        self.lock: RunDirLock | None = None  # held from on_train_start to close()
 
     def on_train_start(self, state: RunState) -> None:
         if self.run_dir:
@@ -131,6 +134,9 @@ class RunFiles(Callback):
         if self.writer is not None:
             self.writer.close()
             self.writer = None
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     def resume_hint(self) -> str:
         """Where the run was saved, and the command that continues it."""
@@ -143,7 +149,8 @@ class RunFiles(Callback):
         )
 
     def _prepare_run_dir(self) -> None:
-        """Create the run directory and write `config.json`: the config, with `_help`
+        """Lock the run directory (a fresh run refuses one that holds a run), create it and
+        write `config.json`: the config, with `_help`
         describing every field and `_derived` naming the fields derived from the others
         (read back with --config, those are derived again: a new budget gets its own)."""
         assert self.run_dir is not None
@@ -156,12 +163,80 @@ class RunFiles(Callback):
             **config.to_file_dict(),
         }
         try:
+            self.lock = RunDirLock(self.run_dir)
+            claim_run_dir(self.run_dir, config.run)
             checkpoint.prepare_folder(self.run_dir / "checkpoints")
             checkpoint.atomic_write_text(
                 json.dumps(payload, indent=2), self.run_dir / "config.json"
             )
         except OSError as err:
             raise OSError(f"run directory {self.run_dir} is not writable: {err}") from err
+
+
+RUN_FILES = ("config.json", "metrics.jsonl", "learning_curve.png", "checkpoints", "tensorboard")
+
+
+def claim_run_dir(run_dir: Path, run: RunConfig) -> None:
+    """Refuse a fresh run into a folder that holds a run (its checkpoints, metrics or config
+    would be overwritten and mixed with this run's); with `overwrite`, remove the old run's
+    files first. A resumed run continues what the folder holds."""
+    held = [name for name in RUN_FILES[:3] if (run_dir / name).exists()]
+    held += [f"checkpoints/{p.name}" for p in sorted((run_dir / "checkpoints").glob("*.pt"))]
+    if run.resume or not held:
+        return
+    if not run.overwrite:
+        raise ValueError(
+            f"run_dir {run_dir} already holds a run ({', '.join(held[:4])}); continue it with "
+            f"--resume {run_dir}, choose another --run-dir, or pass --overwrite to replace it"
+        )
+    log.warning("--overwrite: removing the run in %s (%s)", run_dir, ", ".join(held[:4]))
+    for name in RUN_FILES:
+        path = run_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+class RunDirLock:
+    """`run_dir/.lock`, made with O_EXCL and holding this process's id: a second run on the
+    same folder is refused (two runs would mix their checkpoints and metrics); a lock whose
+    process no longer runs (a killed run) is taken over, with a warning."""
+
+    def __init__(self, run_dir: Path) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = run_dir / ".lock"
+        for _ in range(2):  # a stale lock is removed once, then taken like a free one
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                self._take_over_if_stale()
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            return
+        raise ValueError(f"run_dir {run_dir}: another run took its lock {self.path} just now")
+
+    def _take_over_if_stale(self) -> None:
+        try:
+            pid = int(self.path.read_text().strip() or "0")
+        except (OSError, ValueError):
+            pid = 0  # unreadable or half-written: its writer died before the pid was in
+        if pid and pid != os.getpid() and checkpoint.pid_alive(pid):
+            raise ValueError(
+                f"run_dir {self.path.parent} is in use by another run (process {pid}, lock "
+                f"{self.path}); wait for it to finish or choose another --run-dir"
+            )
+        log.warning(
+            "run_dir %s: taking over the lock %s left by process %d, which no longer runs",
+            self.path.parent,
+            self.path,
+            pid,
+        )
+        self.path.unlink(missing_ok=True)
+
+    def release(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 def learning_curve(run_dir: Path) -> None:

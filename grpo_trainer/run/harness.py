@@ -52,7 +52,8 @@ class Harness:
         self.evaluation = Evaluation(trainer, eval_envs, self._call, self._elapsed_s)
         self.files = RunFiles(trainer, self._call, run.tensorboard)
         ratios = trainer.env.episode_ratios
-        progress = ConsoleProgress(trainer.config.total_env_steps, run.progress and is_main, ratios)
+        total = trainer.config.total_env_steps
+        progress = ConsoleProgress(total, run.progress and is_main, ratios, report=is_main)
         self.callbacks: list[Callback] = [self.evaluation, self.files, progress]
         if run.wandb:  # every rank refuses alike, before anything runs, when wandb is missing
             from grpo_trainer.run.wandb_log import WandbCallback, import_wandb

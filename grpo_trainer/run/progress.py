@@ -23,8 +23,12 @@ class ConsoleProgress(Callback):
     while it trains, then the summary and whether the target was reached (rank 0, with
     `progress` on; silent otherwise)."""
 
-    def __init__(self, total_steps: int, enabled: bool, ratios: Mapping[str, Any]) -> None:
-        self.enabled, self.ratios = enabled, dict(ratios)
+    def __init__(
+        self, total_steps: int, enabled: bool, ratios: Mapping[str, Any], report: bool = True
+    ) -> None:
+        """`enabled`: the live bar; `report`: the summary at the end (rank 0, even without
+        the bar: a run with `progress` off still says how it ended)."""
+        self.enabled, self.report, self.ratios = enabled, report, dict(ratios)
         self.latest: dict[str, float] = {}  # each metric's latest value: the live line
         self.console = Console(stderr=True)
         self._progress = Progress(
@@ -59,7 +63,7 @@ class ConsoleProgress(Callback):
         self._progress.update(self._task, completed=env_steps, live=live)
 
     def summary(self, metrics: Mapping[str, float]) -> None:
-        if not self.enabled or not metrics:
+        if not self.report or not metrics:
             return
         table = Table(title="GRPO run summary")
         table.add_column("metric")
@@ -71,7 +75,7 @@ class ConsoleProgress(Callback):
 
     def target_line(self, target: Target | None, latest: Mapping[str, float]) -> None:
         """When the evaluation first reached the target, or that it did not."""
-        if not self.enabled or target is None:
+        if not self.report or target is None:
             return
         reached_at = {k: latest[k] for k in REACHED if k in latest}
         if reached_at:

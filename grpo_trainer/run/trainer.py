@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import torch
 
 from grpo_trainer.algorithm.grpo import GRPO, STATE_KEYS
 from grpo_trainer.base import checkpoint
+from grpo_trainer.base.accel import resolve_device
 from grpo_trainer.base.config import GRPOConfig
+from grpo_trainer.envs import make_envs
 from grpo_trainer.run.callbacks import Callback
 from grpo_trainer.run.files import resumed_best
 from grpo_trainer.run.harness import Harness
@@ -31,19 +34,32 @@ class GRPOTrainer(GRPO):
     stop_signal: str | None = None  # the signal the last train() stopped on, if any
     stop_reason: str | None = None  # why it ended early otherwise (a target, a callback)
 
-    def __init__(self, envs: gym.vector.VectorEnv, config: GRPOConfig | None = None) -> None:
+    def __init__(
+        self,
+        envs: gym.vector.VectorEnv,
+        config: GRPOConfig | None = None,
+        *,
+        resumed: tuple[dict[str, Any], Path] | None = None,
+    ) -> None:
+        """`resumed`: the checkpoint `config.run.resume` names, already read (`open_run`)."""
         super().__init__(envs, config)
         # entries of a resumed checkpoint that the run wrote beside GRPO's (best.pt's score)
         self.checkpoint_extras: dict[str, Any] = {}
-        if self.config.run.resume:
+        if resumed is not None:
+            self._restore(*resumed)
+        elif self.config.run.resume:
             self.load(self.config.run.resume)
 
     def load(self, path: str | Path) -> Path:
         """Continue from a checkpoint file or run directory (its newest usable checkpoint),
         refusing one made for other spaces or another network. Returns the file read."""
-        payload, found = checkpoint.load_for_resume(path)
+        return self._restore(*checkpoint.load_for_resume(path))
+
+    def _restore(self, payload: dict[str, Any], found: Path) -> Path:
         spaces = checkpoint.space_signature(self.env.observation_space, self.env.action_space)
-        checkpoint.check_compatible(payload, found, spaces, self.config.to_dict())
+        config = self.config.to_dict()
+        checkpoint.check_compatible(payload, found, spaces, config)
+        checkpoint.check_same_env(payload, found, config["run"], self.env.free_kwargs)
         self.load_state_dict(payload, str(found))
         self.checkpoint_extras = {k: v for k, v in payload.items() if k not in STATE_KEYS}
         log.info(
@@ -65,7 +81,40 @@ class GRPOTrainer(GRPO):
         otherwise). With `config.run.wandb`, rank 0 also logs to Weights & Biases; a missing
         wandb package raises `ImportError` before anything runs, on every rank.
         """
+        if self.device.type == "meta":
+            raise ValueError(
+                "device 'meta' holds no data: it checks shapes in tests (update() runs on it), "
+                "but train() needs values to report and save; use 'cpu' or 'cuda'"
+            )
         best = resumed_best(self.checkpoint_extras)
         outcome = Harness(self, callbacks, eval_envs, best).run()
         self.stop_signal, self.stop_reason = outcome.stop_signal, outcome.stop_reason
         return outcome.metrics
+
+
+def open_run(config: GRPOConfig, device: torch.device | None = None) -> GRPOTrainer:
+    """The one way into a run (the train command, a sweep's trials): the checkpoint to resume
+    read once, whose derived batch, learning rate and window the run keeps unless they are set
+    again (a new budget extends a run, it does not reshape it); the env made once, on the
+    run's device (`device`, else `config.run.device` resolved), and the trainer over it."""
+    resumed = None
+    if config.run.resume:
+        resumed = checkpoint.load_for_resume(config.run.resume)
+        saved = resumed[0].get("config") or {}
+        config = config.with_derived(
+            {name: saved[name] for name in config.derived if saved.get(name) is not None}
+        )
+    device = device or resolve_device(config.run.device)
+    try:
+        envs = make_envs(config, config.num_envs, device)
+    except (TypeError, ValueError) as err:  # the env's own check of its kwargs
+        raise ValueError(
+            f"argument --env/--env-kwargs: cannot make {config.run.env!r} with "
+            f"{config.run.env_kwargs}: {err}"
+        ) from None
+    log.info("training %s on %s with %d sub-envs", config.run.env, device, config.num_envs)
+    trainer = GRPOTrainer(envs, config, resumed=resumed)
+    resolved = trainer.config  # the window, gamma and epochs follow the env's episode limit
+    derived = ", ".join(f"{name}={getattr(resolved, name)}" for name in resolved.derived)
+    log.info("derived (config.json names them): %s", derived or "none")
+    return trainer

@@ -14,7 +14,6 @@ import re
 import signal
 import sys
 import typing
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
@@ -223,7 +222,8 @@ def config_from_args(args: argparse.Namespace) -> GRPOConfig:
         except ValueError as err:
             raise ValueError(f"--config {args.config}: {err}") from None
         data.update({k: v for k, v in loaded.items() if k != "run"})
-        data["run"].update(loaded.get("run", {}))
+        # a file's overwrite never carries over: replacing a run is asked for on the command
+        data["run"].update({k: v for k, v in loaded.get("run", {}).items() if k != "overwrite"})
     run_fields = {f.name for f in dataclasses.fields(RunConfig)}
     grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
     for name, value in vars(args).items():  # only the flags given (their default: SUPPRESS)
@@ -231,32 +231,14 @@ def config_from_args(args: argparse.Namespace) -> GRPOConfig:
             data["run"][name] = value
         elif name in grpo_fields:
             data[name] = value
-    config = GRPOConfig.from_dict(data)
-    return _continuing(config) if config.run.resume else config
-
-
-def _continuing(config: GRPOConfig) -> GRPOConfig:
-    """A resumed run keeps the batch, learning rate and window it derived, unless they are
-    set again: a new budget extends the run, it does not reshape it. (A checkpoint that
-    cannot be read is left for the trainer to refuse, naming why.)"""
-    try:
-        with warnings.catch_warnings():  # the trainer warns about skipped files itself
-            warnings.simplefilter("ignore")
-            payload, _ = checkpoint.load_for_resume(config.run.resume or "")
-    except checkpoint.CheckpointError:
-        return config
-    saved = payload.get("config") or {}
-    return config.with_derived(
-        {name: saved[name] for name in config.derived if saved.get(name) is not None}
-    )
+    return GRPOConfig.from_dict(data)
 
 
 def _train(args: argparse.Namespace) -> int:
     import torch
 
     from grpo_trainer.base import distributed
-    from grpo_trainer.run.harness import Harness
-    from grpo_trainer.run.trainer import GRPOTrainer
+    from grpo_trainer.run.trainer import open_run
 
     config = config_from_args(args)
     # Under torchrun: join the process group; each rank gets its own device and envs.
@@ -264,23 +246,16 @@ def _train(args: argparse.Namespace) -> int:
     if not distributed.is_main():
         logging.getLogger().setLevel(logging.WARNING)  # rank 0 reports progress
     try:
-        try:
-            envs = make_envs(config, config.num_envs, device)
-        except (TypeError, ValueError) as err:  # the env's own check of its kwargs
-            raise ValueError(
-                f"argument --env/--env-kwargs: cannot make {config.run.env!r} with "
-                f"{config.run.env_kwargs}: {err}"
-            ) from None
-        log.info("training %s on %s with %d sub-envs", config.run.env, device, config.num_envs)
+        trainer = open_run(config, device)
         torch.set_float32_matmul_precision("high")
-        outcome = Harness(GRPOTrainer(envs, config)).run()
-        envs.close()
+        metrics = trainer.train()  # as a script's .train(): a resumed run keeps its best.pt
+        trainer.env.envs.close()
     finally:
         distributed.shutdown()
-    if outcome.stop_signal:  # stopped early, checkpoint written: 128 + signal, as shells do
-        number = getattr(signal.Signals, outcome.stop_signal, signal.SIGTERM)
+    if trainer.stop_signal:  # stopped early, checkpoint written: 128 + signal, as shells do
+        number = getattr(signal.Signals, trainer.stop_signal, signal.SIGTERM)
         return 128 + int(number)
-    return 0 if outcome.metrics or config.run.resume else 1
+    return 0 if metrics or trainer.config.run.resume else 1
 
 
 def _sweep(args: argparse.Namespace) -> int:

@@ -123,18 +123,15 @@ class Sweep:
     def run_trial(self, trial: Any) -> float:
         """Optuna's objective: train one trial's config and score it."""
         optuna = import_optuna()
-        from grpo_trainer.base.accel import resolve_device
-        from grpo_trainer.envs import make_envs
-        from grpo_trainer.run.trainer import GRPOTrainer
+        from grpo_trainer.run.trainer import open_run
 
         config = self.trial_config({p.name: p.suggest(trial) for p in self.params}, trial.number)
         check_evaluates(config)
         trial.set_user_attr("config", json.loads(json.dumps(config.to_file_dict())))
         reporter = TrialReporter(trial, self.objective)
         start = time.perf_counter()
-        envs = make_envs(config, config.num_envs, resolve_device(config.run.device))
+        trainer = open_run(config)
         try:
-            trainer = GRPOTrainer(envs, config)
             try:
                 trainer.train(callbacks=[reporter])
             finally:
@@ -143,7 +140,7 @@ class Sweep:
                     trial.set_user_attr("best_eval_score", reporter.best_score)
                 trial.set_user_attr("wall_s", round(time.perf_counter() - start, 3))
         finally:
-            envs.close()
+            trainer.env.envs.close()
         if trainer.stop_signal:  # Ctrl-C: the trial is unfinished, and so is the sweep
             raise KeyboardInterrupt(f"trial {trial.number} stopped by {trainer.stop_signal}")
         if reporter.pruned_at is not None:

@@ -1,7 +1,6 @@
 """`BreakoutVectorEnv`: MinAtar Breakout on the kit, what `make_vec("Breakout-MinAtar-v0")` gives.
 
-A class rather than a function, so that a caller that reads a vector entry point's
-`metadata` (a trainer's `fast_kwargs`) and its signature (`device`) finds the kit's.
+A class that names the game's own argument (`max_episode_steps`) beside the kit's.
 """
 
 from __future__ import annotations
