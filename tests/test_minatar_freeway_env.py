@@ -32,7 +32,9 @@ from fruit_env.games.minatar_freeway import (
 from fruit_env.games.minatar_freeway.game import BACKGROUND, COLOURS, SCALE
 from fruit_env.kit import rng
 from fruit_env.registration import FREEWAY_ID
+from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
 from grpo_trainer.algorithm.policy import Policy, is_image_space
+from grpo_trainer.envs import make_envs
 from grpo_trainer.tools.checker import CHECKS, check_vector_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -232,6 +234,23 @@ def test_snapshots_restore_a_game_and_its_randomness() -> None:
     assert all(torch.equal(field[2], field[0]) for field in state)
 
 
+def test_it_steps_and_resets_outside_the_inference_mode_it_stepped_in() -> None:
+    """A rollout under `torch.inference_mode()` (as trainers collect), then a masked reset
+    and more steps outside it: the env writes into none of the state's tensors (which would
+    raise), and plays what an env never put in inference mode plays."""
+    mask = torch.tensor([True, False, True, False])
+    played = []
+    for inference in (True, False):
+        envs = freeway(4, max_episode_steps=20)
+        envs.reset(seed=0)
+        with torch.inference_mode(inference):
+            for _ in range(30):  # episodes end and restart
+                envs.step(torch.ones(4, dtype=torch.int64))
+        obs, _ = envs.reset(options={"reset_mask": mask})
+        played.append([obs, *(envs.step(torch.full((4,), 2))[0] for _ in range(30))])
+    assert all(torch.equal(a, b) for a, b in zip(*played, strict=True))
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_it_renders_the_board_the_observation_shows(seed: int) -> None:
     """A new game: the chicken in column 4 of row 9, each car in column 0 of its row with
@@ -262,6 +281,34 @@ def test_it_renders_the_board_the_observation_shows(seed: int) -> None:
     expected[9, 4] = COLOURS[0]
     assert np.array_equal(cells, expected)
     assert np.array_equal(frame, np.repeat(np.repeat(cells, SCALE, 0), SCALE, 1))
+
+
+# -- training ------------------------------------------------------------------------------------
+
+
+def test_grpo_trains_on_it_with_snapshots_and_branches() -> None:
+    """The trainer starts groups through snapshots, reads the episode limit, builds its MLP
+    for the (10, 10, 7) planes, and trains."""
+    config = GRPOConfig(
+        num_groups=4,
+        group_size=4,
+        hidden_sizes=(16,),
+        rollout_steps=32,
+        window=8,
+        restart_every=4,
+        minibatch_size=256,
+        run=RunConfig(
+            env="fruit_env:Freeway-MinAtar-v0", device="cpu", progress=False, compile=False
+        ),
+    )
+    envs = make_envs(config, config.num_envs, torch.device("cpu"))
+    assert envs.validate_actions is False  # the fast options were applied
+    trainer = GRPOTrainer(envs, config)
+    assert trainer.env.restart_method.name == "snapshot" and trainer.env.restart_method.can_branch
+    assert trainer.env.max_episode_steps() == 2500
+    for _ in range(3):
+        metrics = trainer.update()
+    assert metrics["valid_steps"] > 0 and np.isfinite(metrics["loss"])
 
 
 # -- devices -------------------------------------------------------------------------------------
