@@ -74,8 +74,9 @@ def car_speeds(bits: torch.Tensor) -> torch.Tensor:
     eight cars 42 or 43 in 2**32 (1e-8 to within 2.3%): gymnax's law, not its JAX draws.
     Digits 0-4 are speeds -5..-1, digits 5-9 speeds 1..5.
     """
-    # built on the device (a kernel, not a copy from the host): 10, 100, ..., 10**8, int64
-    scale = _OUTCOMES ** torch.arange(1, NUM_CARS + 1, device=bits.device)
+    # 10, 100, ..., 10**8 built on the device (not copied from the host on every step), by
+    # integer products: a compiled `10 ** arange` goes through floating point and is inexact.
+    scale = torch.full((NUM_CARS,), _OUTCOMES, dtype=torch.int64, device=bits.device).cumprod(0)
     digit = ((bits[:, None] * scale) >> 32) % _OUTCOMES
     return (digit - MAX_SPEED + (digit >= MAX_SPEED)).to(torch.int32)
 
