@@ -10,11 +10,14 @@ BREAKOUT_ID = "Breakout-MinAtar-v0"
 BREAKOUT_MAX_EPISODE_STEPS = 1000  # gymnax's `max_steps_in_episode`
 ASTERIX_ID = "Asterix-MinAtar-v0"
 ASTERIX_MAX_EPISODE_STEPS = 1000  # gymnax's `max_steps_in_episode`
+FREEWAY_ID = "Freeway-MinAtar-v0"
+FREEWAY_MAX_EPISODE_STEPS = 2500  # gymnax's `max_steps_in_episode`
 
 
 def register_envs() -> None:
     """FruitCatcher-v0: `make` gives the numpy single game (truncated by `TimeLimit`),
-    `make_vec` the torch batch. Breakout-MinAtar-v0: `make_vec` only (the torch batch)."""
+    `make_vec` the torch batch. The MinAtar games (Breakout, Asterix, Freeway, Space
+    Invaders, each `<Game>-MinAtar-v0`): `make_vec` only (the torch batch)."""
     if ENV_ID not in gym.registry:
         gym.register(
             id=ENV_ID,
@@ -33,4 +36,10 @@ def register_envs() -> None:
             id=ASTERIX_ID,
             vector_entry_point="fruit_env.games.minatar_asterix.env:AsterixVectorEnv",
             max_episode_steps=ASTERIX_MAX_EPISODE_STEPS,
+        )
+    if FREEWAY_ID not in gym.registry:
+        gym.register(
+            id=FREEWAY_ID,
+            vector_entry_point="fruit_env.games.minatar_freeway.env:FreewayVectorEnv",
+            max_episode_steps=FREEWAY_MAX_EPISODE_STEPS,
         )

@@ -1,0 +1,94 @@
+"""MinAtar Freeway as a `TensorGame`: the rules module's pure functions, handed to the kit.
+
+The rules (`rules.py`) are gymnax's and are tested against gymnax; this module only says what
+the kit needs besides them: the spaces, the time limit, the episode statistics and the
+pictures. The observation is gymnax's float32 `(10, 10, 7)` Box, so that a trainer builds
+for it the network it builds for `gymnax:Freeway-MinAtar` (a bool Box of planes would be
+an image to a trainer that encodes images with a CNN).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from fruit_env.games.minatar_freeway import rules
+from fruit_env.games.minatar_freeway.rules import FreewayState
+from fruit_env.kit import Step, TensorGame
+
+SCALE = 16  # screen pixels per board cell
+CHICKEN, CAR = (240, 220, 60), (230, 60, 50)  # RGB of planes 0 and 1
+TRAILS = tuple((60 + 30 * s, 90 + 25 * s, 160 + 15 * s) for s in range(1, 6))  # speeds 1..5
+COLOURS = (CHICKEN, CAR, *TRAILS)  # RGB of each plane
+BACKGROUND = (24, 24, 32)
+GLYPHS = "@#12345"  # chicken, car, then a trail shows its car's speed
+# Where planes share a cell, the first of these shows: the chicken, a car, a trail.
+_PRIORITY = tuple(range(rules.OBS_SHAPE[2]))
+
+
+class MinAtarFreeway(TensorGame[FreewayState]):
+    """gymnax's `Freeway-MinAtar`: actions 0 no-op, 1 up, 2 down; +1 per crossing; the game
+    never ends by itself and is truncated after `max_episode_steps` steps (gymnax's
+    `max_steps_in_episode`, 2500 by default)."""
+
+    num_actions = rules.NUM_ACTIONS
+    render_modes = ("rgb_array", "ansi")
+    render_fps = 10
+
+    def __init__(self, max_episode_steps: int = rules.MAX_STEPS_IN_EPISODE) -> None:
+        limit = max_episode_steps
+        if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)):
+            raise ValueError(f"max_episode_steps must be an int, got {limit!r}")
+        if not 1 <= limit < 2**31:  # the step counter is int32
+            raise ValueError(f"max_episode_steps must be in [1, 2**31), got {limit}")
+        self.max_episode_steps = int(limit)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, rules.OBS_SHAPE, np.float32)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_episode_steps={self.max_episode_steps})"
+
+    def initial(self, bits: torch.Tensor) -> FreewayState:
+        return rules.initial_state(bits)
+
+    def advance(self, state: FreewayState, action: torch.Tensor, bits: torch.Tensor) -> Step:
+        new, reward, terminated = rules.advance(state, action, bits)
+        return Step(new, reward, terminated, rules.truncated(new, self.max_episode_steps))
+
+    def observe(self, state: FreewayState) -> torch.Tensor:
+        return rules.observe(state, torch.float32)
+
+    def episode(self, state: FreewayState) -> tuple[torch.Tensor, ...]:
+        return rules.episode(state)
+
+    def render(self, state: FreewayState, mode: str) -> list[Any]:
+        planes = rules.observe(state).cpu().numpy()  # (N, 10, 10, 7) bool
+        if mode == "rgb_array":
+            return [_rgb_frame(board) for board in planes]
+        scores, steps = state.score.tolist(), state.time.tolist()
+        return [
+            _ansi_board(board, score=s, step=t)
+            for board, s, t in zip(planes, scores, steps, strict=True)
+        ]
+
+
+def _rgb_frame(board: np.ndarray) -> np.ndarray:
+    """`(10, 10, 7)` bool planes -> `(10*SCALE, 10*SCALE, 3)` uint8 RGB frame."""
+    frame = np.empty((*board.shape[:2], 3), dtype=np.uint8)
+    frame[:] = BACKGROUND
+    for plane in reversed(_PRIORITY):  # the plane that shows is drawn last
+        frame[board[:, :, plane]] = COLOURS[plane]
+    return np.repeat(np.repeat(frame, SCALE, axis=0), SCALE, axis=1)
+
+
+def _ansi_board(board: np.ndarray, *, score: int, step: int) -> str:
+    """`(10, 10, 7)` bool planes -> a framed text board with the score line underneath."""
+
+    def cell(planes: np.ndarray) -> str:
+        return next((GLYPHS[p] for p in _PRIORITY if planes[p]), " ")
+
+    rows = ["|" + "".join(cell(planes) for planes in row) + "|" for row in board]
+    border = "+" + "-" * board.shape[1] + "+"
+    return "\n".join([border, *rows, border, f"score {score}  step {step}"])
