@@ -8,6 +8,8 @@ ENV_ID = "FruitCatcher-v0"
 MAX_EPISODE_STEPS = 200
 BREAKOUT_ID = "Breakout-MinAtar-v0"
 BREAKOUT_MAX_EPISODE_STEPS = 1000  # gymnax's `max_steps_in_episode`
+SPACE_INVADERS_ID = "SpaceInvaders-MinAtar-v0"
+SPACE_INVADERS_MAX_EPISODE_STEPS = 1000  # gymnax's `max_steps_in_episode`
 
 
 def register_envs() -> None:
@@ -25,4 +27,12 @@ def register_envs() -> None:
             id=BREAKOUT_ID,
             vector_entry_point="fruit_env.games.minatar_breakout.env:BreakoutVectorEnv",
             max_episode_steps=BREAKOUT_MAX_EPISODE_STEPS,
+        )
+    if SPACE_INVADERS_ID not in gym.registry:  # `make_vec` only, like Breakout
+        gym.register(
+            id=SPACE_INVADERS_ID,
+            vector_entry_point=(
+                "fruit_env.games.minatar_space_invaders.env:SpaceInvadersVectorEnv"
+            ),
+            max_episode_steps=SPACE_INVADERS_MAX_EPISODE_STEPS,
         )
