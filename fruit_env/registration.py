@@ -12,6 +12,8 @@ ASTERIX_ID = "Asterix-MinAtar-v0"
 ASTERIX_MAX_EPISODE_STEPS = 1000  # gymnax's `max_steps_in_episode`
 FREEWAY_ID = "Freeway-MinAtar-v0"
 FREEWAY_MAX_EPISODE_STEPS = 2500  # gymnax's `max_steps_in_episode`
+SPACE_INVADERS_ID = "SpaceInvaders-MinAtar-v0"
+SPACE_INVADERS_MAX_EPISODE_STEPS = 1000  # gymnax's `max_steps_in_episode`
 
 
 def register_envs() -> None:
@@ -42,4 +44,12 @@ def register_envs() -> None:
             id=FREEWAY_ID,
             vector_entry_point="fruit_env.games.minatar_freeway.env:FreewayVectorEnv",
             max_episode_steps=FREEWAY_MAX_EPISODE_STEPS,
+        )
+    if SPACE_INVADERS_ID not in gym.registry:  # `make_vec` only, like Breakout
+        gym.register(
+            id=SPACE_INVADERS_ID,
+            vector_entry_point=(
+                "fruit_env.games.minatar_space_invaders.env:SpaceInvadersVectorEnv"
+            ),
+            max_episode_steps=SPACE_INVADERS_MAX_EPISODE_STEPS,
         )
