@@ -30,7 +30,8 @@ from fruit_env.games.minatar_breakout import (
     MinAtarBreakout,
     rules,
 )
-from fruit_env.games.minatar_breakout.game import BACKGROUND, COLOURS, SCALE
+from fruit_env.games.minatar_breakout.game import COLOURS
+from fruit_env.games.minatar_pictures import BACKGROUND, SCALE
 from fruit_env.interop.wrappers import NumpyView
 from fruit_env.kit import TensorGame, rng
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig

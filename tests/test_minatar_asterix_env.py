@@ -31,7 +31,8 @@ from fruit_env.games.minatar_asterix import (
     MinAtarAsterix,
     rules,
 )
-from fruit_env.games.minatar_asterix.game import BACKGROUND, COLOURS, GLYPHS, SCALE
+from fruit_env.games.minatar_asterix.game import COLOURS, GLYPHS
+from fruit_env.games.minatar_pictures import BACKGROUND, SCALE
 from fruit_env.kit import TensorGame, rng
 from fruit_env.registration import ASTERIX_ID
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig

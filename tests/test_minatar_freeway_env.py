@@ -29,7 +29,8 @@ from fruit_env.games.minatar_freeway import (
     MinAtarFreeway,
     rules,
 )
-from fruit_env.games.minatar_freeway.game import BACKGROUND, COLOURS, SCALE
+from fruit_env.games.minatar_freeway.game import COLOURS
+from fruit_env.games.minatar_pictures import BACKGROUND, SCALE
 from fruit_env.kit import rng
 from fruit_env.registration import FREEWAY_ID
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig

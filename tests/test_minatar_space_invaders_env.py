@@ -24,13 +24,14 @@ import pytest
 import torch
 
 import fruit_env  # noqa: F401  (registers the ids)
+from fruit_env.games.minatar_pictures import BACKGROUND, SCALE
 from fruit_env.games.minatar_space_invaders import (
     MinAtarSpaceInvaders,
     SpaceInvadersState,
     SpaceInvadersVectorEnv,
     rules,
 )
-from fruit_env.games.minatar_space_invaders.game import BACKGROUND, COLOURS, SCALE
+from fruit_env.games.minatar_space_invaders.game import COLOURS
 from fruit_env.kit import TensorGame
 from fruit_env.registration import SPACE_INVADERS_ID
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig

@@ -17,15 +17,15 @@ import torch
 
 from fruit_env.games.minatar_breakout import rules
 from fruit_env.games.minatar_breakout.rules import BreakoutState
+from fruit_env.games.minatar_pictures import Palette
 from fruit_env.kit import Step, TensorGame
 
-SCALE = 16  # screen pixels per board cell
 COLOURS = ((200, 160, 60), (230, 60, 50), (120, 40, 40), (80, 140, 220))  # RGB of each plane
-BACKGROUND = (24, 24, 32)
 GLYPHS = "=o.#"  # paddle, ball, trail, brick
 # Where planes share a cell (the ball starts inside the wall, over its trail), the first of
 # these shows: ball, trail, paddle, brick.
 _PRIORITY = (1, 2, 0, 3)
+PALETTE = Palette(COLOURS, GLYPHS, _PRIORITY)
 
 
 class MinAtarBreakout(TensorGame[BreakoutState]):
@@ -87,31 +87,5 @@ class MinAtarBreakout(TensorGame[BreakoutState]):
         return rules.episode(state)
 
     def render(self, state: BreakoutState, mode: str) -> list[Any]:
-        planes = rules.observe(state).cpu().numpy()  # (N, 10, 10, 4) bool
-        if mode == "rgb_array":
-            return [_rgb_frame(board) for board in planes]
-        scores, steps = state.score.tolist(), state.time.tolist()
-        return [
-            _ansi_board(board, score=s, step=t)
-            for board, s, t in zip(planes, scores, steps, strict=True)
-        ]
-
-
-def _rgb_frame(board: np.ndarray) -> np.ndarray:
-    """`(10, 10, 4)` bool planes -> `(10*SCALE, 10*SCALE, 3)` uint8 RGB frame."""
-    frame = np.empty((*board.shape[:2], 3), dtype=np.uint8)
-    frame[:] = BACKGROUND
-    for plane in reversed(_PRIORITY):  # the plane that shows is drawn last
-        frame[board[:, :, plane]] = COLOURS[plane]
-    return np.repeat(np.repeat(frame, SCALE, axis=0), SCALE, axis=1)
-
-
-def _ansi_board(board: np.ndarray, *, score: int, step: int) -> str:
-    """`(10, 10, 4)` bool planes -> a framed text board with the score line underneath."""
-
-    def cell(planes: np.ndarray) -> str:
-        return next((GLYPHS[p] for p in _PRIORITY if planes[p]), " ")
-
-    rows = ["|" + "".join(cell(planes) for planes in row) + "|" for row in board]
-    border = "+" + "-" * board.shape[1] + "+"
-    return "\n".join([border, *rows, border, f"score {score}  step {step}"])
+        planes = rules.observe(state).cpu().numpy()  # (N, 10, 10, C) bool
+        return PALETTE.render(planes, state.score.tolist(), state.time.tolist(), mode)

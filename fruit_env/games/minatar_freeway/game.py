@@ -17,16 +17,16 @@ import torch
 
 from fruit_env.games.minatar_freeway import rules
 from fruit_env.games.minatar_freeway.rules import FreewayState
+from fruit_env.games.minatar_pictures import Palette
 from fruit_env.kit import Step, TensorGame
 
-SCALE = 16  # screen pixels per board cell
 CHICKEN, CAR = (240, 220, 60), (230, 60, 50)  # RGB of planes 0 and 1
 TRAILS = tuple((60 + 30 * s, 90 + 25 * s, 160 + 15 * s) for s in range(1, 6))  # speeds 1..5
 COLOURS = (CHICKEN, CAR, *TRAILS)  # RGB of each plane
-BACKGROUND = (24, 24, 32)
 GLYPHS = "@#12345"  # chicken, car, then a trail shows its car's speed
 # Where planes share a cell, the first of these shows: the chicken, a car, a trail.
 _PRIORITY = tuple(range(rules.OBS_SHAPE[2]))
+PALETTE = Palette(COLOURS, GLYPHS, _PRIORITY)
 
 
 class MinAtarFreeway(TensorGame[FreewayState]):
@@ -64,31 +64,5 @@ class MinAtarFreeway(TensorGame[FreewayState]):
         return rules.episode(state)
 
     def render(self, state: FreewayState, mode: str) -> list[Any]:
-        planes = rules.observe(state).cpu().numpy()  # (N, 10, 10, 7) bool
-        if mode == "rgb_array":
-            return [_rgb_frame(board) for board in planes]
-        scores, steps = state.score.tolist(), state.time.tolist()
-        return [
-            _ansi_board(board, score=s, step=t)
-            for board, s, t in zip(planes, scores, steps, strict=True)
-        ]
-
-
-def _rgb_frame(board: np.ndarray) -> np.ndarray:
-    """`(10, 10, 7)` bool planes -> `(10*SCALE, 10*SCALE, 3)` uint8 RGB frame."""
-    frame = np.empty((*board.shape[:2], 3), dtype=np.uint8)
-    frame[:] = BACKGROUND
-    for plane in reversed(_PRIORITY):  # the plane that shows is drawn last
-        frame[board[:, :, plane]] = COLOURS[plane]
-    return np.repeat(np.repeat(frame, SCALE, axis=0), SCALE, axis=1)
-
-
-def _ansi_board(board: np.ndarray, *, score: int, step: int) -> str:
-    """`(10, 10, 7)` bool planes -> a framed text board with the score line underneath."""
-
-    def cell(planes: np.ndarray) -> str:
-        return next((GLYPHS[p] for p in _PRIORITY if planes[p]), " ")
-
-    rows = ["|" + "".join(cell(planes) for planes in row) + "|" for row in board]
-    border = "+" + "-" * board.shape[1] + "+"
-    return "\n".join([border, *rows, border, f"score {score}  step {step}"])
+        planes = rules.observe(state).cpu().numpy()  # (N, 10, 10, C) bool
+        return PALETTE.render(planes, state.score.tolist(), state.time.tolist(), mode)

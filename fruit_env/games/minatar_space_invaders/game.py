@@ -15,11 +15,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from fruit_env.games.minatar_pictures import Palette
 from fruit_env.games.minatar_space_invaders import rules
 from fruit_env.games.minatar_space_invaders.rules import SpaceInvadersState
 from fruit_env.kit import Step, TensorGame
 
-SCALE = 16  # screen pixels per board cell
 # RGB and text of each observation plane: cannon, alien (drawn through the next two), alien
 # marching left, alien marching right, the cannon's bullet, an alien's bullet.
 COLOURS = (
@@ -30,11 +30,11 @@ COLOURS = (
     (240, 240, 240),
     (230, 60, 50),
 )
-BACKGROUND = (24, 24, 32)
 GLYPHS = "^M<>|!"
 # Where planes share a cell, the first of these shows: the alien (by its march's direction),
 # the cannon, an alien's bullet, the cannon's bullet.
 _PRIORITY = (2, 3, 0, 5, 4)
+PALETTE = Palette(COLOURS, GLYPHS, _PRIORITY)
 
 
 class MinAtarSpaceInvaders(TensorGame[SpaceInvadersState]):
@@ -101,31 +101,5 @@ class MinAtarSpaceInvaders(TensorGame[SpaceInvadersState]):
         return rules.episode(state)
 
     def render(self, state: SpaceInvadersState, mode: str) -> list[Any]:
-        planes = rules.observe(state).cpu().numpy()  # (N, 10, 10, 6) bool
-        if mode == "rgb_array":
-            return [_rgb_frame(board) for board in planes]
-        scores, steps = state.score.tolist(), state.time.tolist()
-        return [
-            _ansi_board(board, score=s, step=t)
-            for board, s, t in zip(planes, scores, steps, strict=True)
-        ]
-
-
-def _rgb_frame(board: np.ndarray) -> np.ndarray:
-    """`(10, 10, 6)` bool planes -> `(10*SCALE, 10*SCALE, 3)` uint8 RGB frame."""
-    frame = np.empty((*board.shape[:2], 3), dtype=np.uint8)
-    frame[:] = BACKGROUND
-    for plane in reversed(_PRIORITY):  # the plane that shows is drawn last
-        frame[board[:, :, plane]] = COLOURS[plane]
-    return np.repeat(np.repeat(frame, SCALE, axis=0), SCALE, axis=1)
-
-
-def _ansi_board(board: np.ndarray, *, score: int, step: int) -> str:
-    """`(10, 10, 6)` bool planes -> a framed text board with the score line underneath."""
-
-    def cell(planes: np.ndarray) -> str:
-        return next((GLYPHS[p] for p in _PRIORITY if planes[p]), " ")
-
-    rows = ["|" + "".join(cell(planes) for planes in row) + "|" for row in board]
-    border = "+" + "-" * board.shape[1] + "+"
-    return "\n".join([border, *rows, border, f"score {score}  step {step}"])
+        planes = rules.observe(state).cpu().numpy()  # (N, 10, 10, C) bool
+        return PALETTE.render(planes, state.score.tolist(), state.time.tolist(), mode)
