@@ -250,19 +250,16 @@ def profile_worker(out: Path) -> None:
     _save(result, out)
 
 
-def _rate(step: Any, steps: int, num_envs: int) -> float:
-    """Env steps per second of `step()`, the median of 5 blocks after a warm-up block."""
+def _rate(step: Any, steps: int, num_envs: int, sync: Any = None) -> float:
+    """Env steps per second of `step()`: the benchmarks' `median_time`, 5 blocks of `steps`
+    calls after a warm-up block, the device synchronised around each block."""
     import torch
 
-    times = []
-    for _ in range(6):
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - started)
-    return num_envs * steps / sorted(times[1:])[2]
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _common import median_time
+
+    sync = sync or torch.cuda.synchronize
+    return num_envs / median_time(step, repeats=5, warmup=steps, number=steps, sync=sync).median
 
 
 def _env_rate(env_id: str, num_envs: int, **kwargs: Any) -> dict[str, Any]:
@@ -307,16 +304,7 @@ def _gymnax_rate(num_envs: int) -> float:
     def one() -> None:
         _, holder["state"], *_ = step(keys, holder["state"], actions, params)
 
-    one()
-    jax.block_until_ready(holder["state"])
-    times = []
-    for _ in range(6):
-        started = time.perf_counter()
-        for _ in range(20):
-            one()
-        jax.block_until_ready(holder["state"])
-        times.append(time.perf_counter() - started)
-    return num_envs * 20 / sorted(times[1:])[2]
+    return _rate(one, 20, num_envs, sync=lambda: jax.block_until_ready(holder["state"]))
 
 
 def throughput_worker(out: Path) -> None:
