@@ -9,7 +9,7 @@ PyTorch without autocast, a for-loop AdamW and `.item()` on every minibatch's fi
 speed-up is thus a ratio measured on the same machine at the same moment, not a number
 remembered from another day.
 
-    python examples/grpo_one_page.py --num-groups 32 --group-size 8 --updates 3
+    python examples/grpo_one_page.py --rollout episodes --num-groups 32 --group-size 8 --updates 3
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from grpo_one_page import Config, OnePageGRPO
 
 
 class NaiveGRPO(OnePageGRPO):
-    """`OnePageGRPO` built from the benchmark's arguments; `fields` are `Config` fields."""
+    """`OnePageGRPO` in episodes mode (the row this benchmark has always timed), built from
+    the benchmark's arguments; `fields` are `Config` fields."""
 
     def __init__(
         self,
@@ -35,5 +36,11 @@ class NaiveGRPO(OnePageGRPO):
         horizon: int,
         **fields: Any,
     ) -> None:
-        config = Config(num_groups=num_groups, group_size=group_size, horizon=horizon, **fields)
+        config = Config(
+            num_groups=num_groups,
+            group_size=group_size,
+            rollout="episodes",
+            horizon=horizon,
+            **fields,
+        )
         super().__init__(envs, config)

@@ -1,24 +1,30 @@
 """GRPO on one page: group-relative advantages and a clipped surrogate, in plain PyTorch.
 
-    python examples/grpo_one_page.py            # FruitCatcher-v0: about 10 s on one CPU core
-    python examples/grpo_one_page.py --updates 100 --num-groups 32
+    python examples/grpo_one_page.py            # FruitCatcher-v0: about 30 s on one CPU core
+    python examples/grpo_one_page.py --rollout episodes --updates 30 --epochs 4
     python examples/grpo_one_page.py --help     # every Config field, with its meaning
 
-Read `OnePageGRPO.update()` top to bottom: `collect()` plays one episode in every sub-env,
-`learn()` compares each step with its group and optimises. The formulas are those of
-docs/trainer.md, and the update is the one `grpo_trainer.GRPOTrainer` makes with
-`rollout="episodes"`, `scale="batch_std"`, one trust region (`anchor_samples=None`) and no KL
-term (the trainer sizes minibatches in samples, this file counts them):
-tests/test_one_page_grpo.py checks that both make the same update from the same rollout and
-weights.
+Read `OnePageGRPO.update()` top to bottom: `collect()` plays, `learn()` compares each step
+with its group and optimises. It is the update `grpo_trainer.GRPOTrainer` makes by default
+(`rollout="windowed"`, docs/trainer.md): every sub-env plays `rollout_steps` steps and its
+episodes run on across updates; a step's return looks `window` steps ahead, so the last
+`window - 1` rows wait for the next rollout and are then re-scored by the current policy;
+groups restart together, and a member whose episode ended takes the state of one still
+playing (`branch_ended`). tests/test_one_page_grpo.py checks that from the same weights and
+env both play the same rollouts, compute the same advantages and reach the same parameters,
+update after update. `--rollout episodes` is the trainer's `rollout="episodes"`: one episode
+per member from a group reset (checked on one update).
 
-It is written the straightforward way on purpose (a Python loop over time steps that asks
-the device every step whether any episode still runs, `torch.distributions.Categorical`,
-float32 observations and int64 actions stored, a for-loop AdamW, eager PyTorch), and so it is
-also the "naive" row that benchmarks/train_throughput.py times the trainer against. What the
-trainer adds is in docs/trainer.md: windowed rollouts whose episodes run on across updates,
-group restarts and branching, trust regions, any action space, compilation, mixed precision,
-checkpoints, evaluation, distributed training. Flat Box observations and Discrete actions only.
+What it leaves out: the trainer's default stores Fruit Catcher's observations as float16,
+this file as float32 (the test sets `obs_storage="float32"`); it has one trust region (the
+trainer splits an update of over `anchor_samples` samples, 32,768 on the CPU), no
+`branch_every` and no KL term (both off by default), and counts minibatches where the trainer
+sizes them. Its windowed rollouts need an env with state snapshots and masked resets, as
+fruit_env's have (docs/env.md); the trainer restarts any env. Flat Box observations and
+Discrete actions only. It is written the straightforward way on purpose (a Python loop over
+steps, `torch.distributions.Categorical` in the loss, float32 observations and int64 actions
+stored, a for-loop AdamW, eager PyTorch), and so it is also the "naive" row, in episodes mode,
+that benchmarks/train_throughput.py times the trainer against.
 """
 
 from __future__ import annotations
@@ -40,9 +46,9 @@ from torch.distributions import Categorical
 
 @dataclasses.dataclass
 class Config:
-    """Hyperparameters; every field is a flag (`num_groups` -> `--num-groups`). The discount,
-    clips, coefficients, rate and network are the trainer's defaults; the batch is small and
-    the run short, so that it trains in seconds."""
+    """Hyperparameters; every field is a flag (`num_groups` -> `--num-groups`). The window,
+    discount, epochs, clips, coefficients and network are the trainer's defaults for Fruit
+    Catcher; the batch is small and the run short, so that it trains in seconds."""
 
     env_id: str = "FruitCatcher-v0"
     """Gymnasium id of a vector env with flat Box observations and Discrete actions."""
@@ -50,18 +56,26 @@ class Config:
     """Groups per update: the env has num_groups x group_size sub-envs."""
     group_size: int = 8
     """Members per group: they start from the same state and are compared with each other."""
+    rollout: str = "windowed"
+    """windowed: rollout_steps per update, episodes run on; episodes: one whole episode each."""
+    rollout_steps: int = 32
+    """windowed: steps every sub-env plays per update."""
+    window: int = 32
+    """windowed: how many steps ahead a step's return looks."""
+    restart_every: int = 8
+    """windowed: steps between the checks that restart groups and branch ended members."""
     horizon: int = 200
-    """At most this many steps per episode (FruitCatcher-v0's own limit is 200)."""
-    updates: int = 30
-    """Updates to run: each plays one episode in every sub-env."""
-    epochs: int = 4
+    """episodes: at most this many steps per episode (FruitCatcher-v0's own limit is 200)."""
+    updates: int = 60
+    """Updates to run; the learning rate decays linearly over them."""
+    epochs: int = 8
     """Passes over each update's samples."""
-    minibatches: int = 4
+    minibatches: int = 8
     """Gradient steps per epoch: the samples are shuffled and split into this many parts."""
     lr: float = 0.01
-    """AdamW learning rate (constant)."""
-    gamma: float = 0.97
-    """Discount of the returns-to-go."""
+    """AdamW learning rate at the start; it decays linearly to 0.02 x lr over the updates."""
+    gamma: float = 0.96875
+    """Discount of the returns-to-go (the trainer's 1 - 1 / window)."""
     clip_low: float = 0.2
     """Ratio clip below: 1 - clip_low."""
     clip_high: float = 0.28
@@ -77,30 +91,46 @@ class Config:
     activation: str = "relu"
     """Activation of the hidden layers: relu or tanh."""
     seed: int = 0
-    """Seeds the network, the sampling, the shuffling and the groups' starts."""
+    """Seeds the network, the sampling, the branching, the shuffling and the groups' starts."""
     device: str = "cpu"
     """Torch device of the env, the network and the rollout."""
 
 
 class Batch(NamedTuple):
-    """One rollout, `T` steps of `B = num_groups * group_size` sub-envs; member `b` belongs to
-    group `b // group_size`."""
+    """One rollout of `B = num_groups * group_size` sub-envs (member `b` belongs to group
+    `b // group_size`): `T` trained rows, and `L >= T` rows of what the steps brought, the
+    rows after the `T`th being the look-ahead of the returns."""
 
     obs: torch.Tensor  # (T, B, obs_dim) float32
     actions: torch.Tensor  # (T, B) int64
     logp: torch.Tensor  # (T, B) log π_old(a|s): the log-prob under the policy that played
-    rewards: torch.Tensor  # (T, B) 0 once the member's episode has ended
-    valid: torch.Tensor  # (T, B) 1 while the member's episode runs, 0 after it ended
+    rewards: torch.Tensor  # (L, B) 0 where the step does not count (valid is False)
+    valid: torch.Tensor  # (L, B) bool: the member's episode counts at this step
+    cut: torch.Tensor  # (L, B) bool: ...and ends at it, so returns stop there
+    carried: int  # leading rows played by an earlier policy (they waited for their look-ahead)
 
 
 def returns_to_go(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
-    """`G[t] = r[t] + γ G[t+1]`: rewards are 0 after an episode ends, so `G[t]` is the
-    discounted return from step t to the end of the member's episode."""
+    """Episodes mode: `G[t] = r[t] + γ G[t+1]`. Rewards are 0 after an episode ends, so
+    `G[t]` is the discounted return from step t to the end of the member's episode."""
     returns = torch.zeros_like(rewards)
     running = torch.zeros_like(rewards[0])
     for t in reversed(range(rewards.shape[0])):
         running = rewards[t] + gamma * running
         returns[t] = running
+    return returns
+
+
+def windowed_returns(
+    rewards: torch.Tensor, cut: torch.Tensor, rows: int, window: int, gamma: float
+) -> torch.Tensor:
+    """Windowed mode: `G[t] = Σ_{k<W} γ^k r[t+k]` for the first `rows` rows, stopping where
+    the episode ends (`cut`). Members with the same rewards get bit-identical returns."""
+    returns = torch.zeros_like(rewards[:rows])
+    going = torch.ones_like(returns)  # 1 while no episode end lies between t and t + k
+    for k in range(window):
+        returns += (gamma**k) * rewards[k : k + rows] * going
+        going = going * ~cut[k : k + rows]
     return returns
 
 
@@ -134,13 +164,8 @@ def make_policy(obs_dim: int, n_actions: int, hidden: int, activation: str) -> n
     """An MLP from observation to action logits, with the trainer's initialisation:
     orthogonal, gain √2 for hidden layers, 0.01 for the output (a near-uniform first policy)."""
     act = {"relu": nn.ReLU, "tanh": nn.Tanh}[activation]
-    policy = nn.Sequential(
-        nn.Linear(obs_dim, hidden),
-        act(),
-        nn.Linear(hidden, hidden),
-        act(),
-        nn.Linear(hidden, n_actions),
-    )
+    hidden_layers = (nn.Linear(obs_dim, hidden), act(), nn.Linear(hidden, hidden), act())
+    policy = nn.Sequential(*hidden_layers, nn.Linear(hidden, n_actions))
     for layer in policy:
         if isinstance(layer, nn.Linear):
             gain = 0.01 if layer.out_features == n_actions else math.sqrt(2)
@@ -154,9 +179,13 @@ class OnePageGRPO:
 
     def __init__(self, envs: gym.vector.VectorEnv, config: Config) -> None:
         self.envs, self.config = envs, config
-        self.num_envs = config.num_groups * config.group_size
+        self.num_envs = b = config.num_groups * config.group_size
         if envs.num_envs != self.num_envs:
             raise ValueError(f"the env has {envs.num_envs} sub-envs, the config {self.num_envs}")
+        if config.rollout not in ("windowed", "episodes"):
+            raise ValueError(f"rollout must be 'windowed' or 'episodes', got {config.rollout!r}")
+        if config.rollout == "windowed" and not hasattr(envs, "snapshot_state"):
+            raise ValueError(f"windowed rollouts need state snapshots, which {envs} lacks")
         self.device = device = torch.device(config.device)
         torch.manual_seed(config.seed)
         obs_dim = int(envs.single_observation_space.shape[0])
@@ -165,68 +194,155 @@ class OnePageGRPO:
         self.optimizer = torch.optim.AdamW(
             self.policy.parameters(), lr=config.lr, weight_decay=0.0, foreach=False
         )
-        self.generator = torch.Generator(device).manual_seed(config.seed)  # minibatch order
-        self.update_index = 0
-        # The rollout's storage, allocated once.
-        t, b = config.horizon, self.num_envs
+        # One generator draws everything random, in the trainer's order: actions, branch
+        # donors, minibatch order.
+        self.generator = torch.Generator(device).manual_seed(config.seed)
+        self.update_index = self.steps = 0
+        self.index = torch.arange(b, device=device)
+        self.leader = self.index // config.group_size * config.group_size  # group's first
+        self.next_obs: torch.Tensor | None = None  # windowed: where the next rollout starts
+        self.alive = torch.zeros(b, dtype=torch.bool, device=device)
+        self.from_start = torch.ones(b, dtype=torch.bool, device=device)
+        self.episode_return = torch.zeros(b, device=device)
+        self.ended = torch.zeros(2, device=device)  # episodes that ended: count, return sum
+        # The rollout's storage, allocated once: windowed, T rows and their look-ahead.
+        windowed = config.rollout == "windowed"
+        t = config.rollout_steps + config.window - 1 if windowed else config.horizon
         self.obs = torch.zeros(t, b, obs_dim, device=device)
         self.actions = torch.zeros(t, b, dtype=torch.int64, device=device)
         self.logp = torch.zeros(t, b, device=device)
         self.rewards = torch.zeros(t, b, device=device)
-        self.valid = torch.zeros(t, b, device=device)
+        self.valid = torch.zeros(t, b, dtype=torch.bool, device=device)
+        self.cut = torch.zeros(t, b, dtype=torch.bool, device=device)
 
     def update(self) -> dict[str, float]:
-        """One GRPO update: play an episode in every sub-env, then learn from it."""
+        """One GRPO update: play, then learn from what was played."""
         start = time.perf_counter()
         batch = self.collect()
         played = time.perf_counter()
         metrics = self.learn(batch)
-        self.update_index += 1
-        metrics["rollout_s"] = played - start
-        metrics["update_s"] = time.perf_counter() - played
-        return metrics
+        return {**metrics, "rollout_s": played - start, "update_s": time.perf_counter() - played}
+
+    def collect(self) -> Batch:
+        self.ended.zero_()
+        return self.play_window() if self.config.rollout == "windowed" else self.play_episodes()
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions and their log-probs. Gumbel-max: argmax(log π + Gumbel noise) is a sample of
+        π, drawn from uniforms of our generator (as the trainer draws them)."""
+        logp_all = torch.log_softmax(self.policy(obs.float()), -1)
+        uniform = torch.rand(logp_all.shape, generator=self.generator, device=self.device)
+        gumbel = -torch.log(-torch.log(uniform.clamp(1e-20, 1.0 - 1e-7)))
+        action = torch.argmax(logp_all + gumbel, -1)
+        return action, logp_all.gather(-1, action[:, None]).squeeze(-1)
+
+    def play(self, t: int, obs: torch.Tensor) -> torch.Tensor:
+        """Row t: act on `obs`, step every sub-env, record; returns the next observations."""
+        action, self.logp[t] = self.sample(obs)
+        self.obs[t], self.actions[t], self.valid[t] = obs, action, self.alive
+        obs, reward, terminated, truncated, _ = self.envs.step(action)
+        done = terminated | truncated
+        self.rewards[t] = reward * self.alive  # a step after the episode ended does not count
+        self.cut[t] = ended = self.alive & done
+        self.episode_return += self.rewards[t]
+        counted = ended & self.from_start  # episodes played from their start, each once
+        self.ended += torch.stack((counted.sum(), (self.episode_return * counted).sum()))
+        self.alive = self.alive & ~done
+        return obs
+
+    def begin_episodes(self, draw: int) -> torch.Tensor:
+        """Every group starts a game of its own seed (numbered as the trainer's `GroupSeeds`),
+        the same for all its members; returns the first observations."""
+        first = self.config.seed * 1_000_000_007 + draw * self.config.num_groups
+        seeds = [first + b // self.config.group_size for b in range(self.num_envs)]
+        obs, _ = self.envs.reset(seed=seeds)
+        self.alive.fill_(True)
+        self.from_start.fill_(True)
+        self.episode_return.zero_()
+        return obs
 
     @torch.no_grad()
-    def collect(self) -> Batch:
-        """Play: every group starts from a seed of its own, the same for all its members, and
-        every member plays one episode (at most `horizon` steps) with the current policy."""
+    def play_window(self) -> Batch:
+        """Windowed: the last rollout's look-ahead rows move to the front, then every sub-env
+        plays `rollout_steps` steps on from where it stopped (the first rollout starts every
+        group, and its look-ahead rows are empty)."""
         cfg = self.config
-        group_seeds = [
-            cfg.seed * 1_000_003 + self.update_index * cfg.num_groups + g
-            for g in range(cfg.num_groups)
-        ]
-        obs, _ = self.envs.reset(seed=[s for s in group_seeds for _ in range(cfg.group_size)])
+        obs = self.begin_episodes(draw=1) if self.next_obs is None else self.next_obs
+        waiting = cfg.window - 1
+        for x in (self.obs, self.actions, self.logp, self.rewards, self.valid, self.cut):
+            x[:waiting] = x[cfg.rollout_steps :].clone()
+        for t in range(waiting, waiting + cfg.rollout_steps):
+            obs = self.play(t, obs)
+            self.steps += 1
+            if self.steps % cfg.restart_every == 0:
+                obs = self.restart_groups(obs)
+        self.next_obs = obs
+        trained = cfg.rollout_steps
+        rows = (self.obs[:trained], self.actions[:trained], self.logp[:trained])
+        return Batch(*rows, self.rewards, self.valid, self.cut, min(waiting, trained))
+
+    def restart_groups(self, obs: torch.Tensor) -> torch.Tensor:
+        """A group whose members have all ended starts a new game: its first member resets and
+        the others copy its state. A member that ended while others play on takes the state of
+        one of them, chosen at random, and plays on from there (a branch)."""
+        k = self.config.group_size
+        alive = self.alive.view(-1, k)
+        fresh = (~alive.any(1)).repeat_interleave(k)
+        scores = torch.rand(alive.shape, generator=self.generator, device=self.device)
+        donor = (scores * alive).argmax(1).repeat_interleave(k) + self.leader
+        source = torch.where(fresh, self.leader, torch.where(self.alive, self.index, donor))
+        leaders = fresh & (source == self.index)
+        new_obs, _ = self.envs.reset(options={"reset_mask": leaders})
+        obs = torch.where(leaders[:, None], new_obs, obs)
+        self.envs.restore_state(self.index, self.envs.snapshot_state(source))
+        self.alive = self.alive[source] | fresh
+        self.from_start = (self.from_start & (source == self.index)) | fresh  # a branch is not
+        self.episode_return = self.episode_return[source] * ~fresh
+        return obs[source]
+
+    @torch.no_grad()
+    def play_episodes(self) -> Batch:
+        """Episodes: every group starts from a seed of its own, the same for all its members,
+        and every member plays one episode (at most `horizon` steps)."""
+        obs = self.begin_episodes(draw=self.update_index)
         self.rewards.zero_()
         self.valid.zero_()
-        alive = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        self.cut.zero_()
         steps = 0
-        for t in range(cfg.horizon):
-            dist = Categorical(logits=self.policy(obs.float()))
-            action = dist.sample()
-            self.obs[t] = obs
-            self.actions[t] = action
-            self.logp[t] = dist.log_prob(action)
-            self.valid[t] = alive
-            obs, reward, terminated, truncated, _ = self.envs.step(action)
-            self.rewards[t] = reward * alive  # a member's later episodes do not count
-            alive = alive & ~(terminated | truncated)
+        for t in range(self.config.horizon):
+            obs = self.play(t, obs)
             steps = t + 1
-            if not alive.any():  # every episode has ended (a host sync every step)
+            if not self.alive.any():  # every episode has ended (a host sync every step)
                 break
-        stored = (self.obs, self.actions, self.logp, self.rewards, self.valid)
-        return Batch(*(x[:steps] for x in stored))
+        stored = (self.obs, self.actions, self.logp, self.rewards, self.valid, self.cut)
+        return Batch(*(x[:steps] for x in stored), 0)
+
+    def compare(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """G[t, b], the discounted return from step t, against the group's at step t: the
+        advantages, weights and spread of `group_advantages` for the trained rows."""
+        cfg, trained = self.config, batch.obs.shape[0]
+        if cfg.rollout == "windowed":
+            returns = windowed_returns(batch.rewards, batch.cut, trained, cfg.window, cfg.gamma)
+        else:
+            returns = returns_to_go(batch.rewards, cfg.gamma)
+        valid = batch.valid[:trained].float()
+        return group_advantages(returns, valid, cfg.group_size, cfg.zero_std_eps)
 
     def learn(self, batch: Batch) -> dict[str, float]:
-        """Compare each step with its group, then `epochs` passes of `minibatches` AdamW
-        steps on the clipped surrogate. Returns the update's means."""
+        """Compare, then `epochs` passes of `minibatches` AdamW steps on the clipped
+        surrogate. Returns the update's means."""
         cfg = self.config
+        for group in self.optimizer.param_groups:  # the trainer's linear decay, floor 2%
+            group["lr"] = cfg.lr * max(1.0 - self.update_index / cfg.updates, 0.02)
+        advantages, weights, spread = self.compare(batch)
 
-        # Compare: G[t, b], the discounted return from step t, against the group's at step t.
-        valid = batch.valid.float()
-        returns = returns_to_go(batch.rewards, cfg.gamma)
-        advantages, weights, spread = group_advantages(
-            returns, valid, cfg.group_size, cfg.zero_std_eps
-        )
+        # Rows an earlier policy played are re-scored by this one, so that the clipped ratio
+        # measures this update's step, as it does for fresh rows.
+        old_logp, carried = batch.logp.clone(), batch.carried
+        if carried:
+            with torch.no_grad():
+                logits = self.policy(batch.obs[:carried].float())
+                old_logp[:carried] = Categorical(logits=logits).log_prob(batch.actions[:carried])
 
         # Optimise, with ρ = exp(log π(a|s) − log π_old(a|s)):
         #   L = −Σ w·min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A) / N − c_H·Σ w·H / N
@@ -234,7 +350,8 @@ class OnePageGRPO:
         # minibatch it falls in, a long episode counts for more steps than a short one, and
         # steps shrink as fewer groups disagree (group steps without spread count in N).
         obs, actions = batch.obs.flatten(0, 1), batch.actions.flatten(0, 1)
-        old_logp, adv, w = batch.logp.flatten(), advantages.flatten(), weights.flatten()
+        old_logp, adv, w = old_logp.flatten(), advantages.flatten(), weights.flatten()
+        valid = batch.valid[: batch.obs.shape[0]].float()
         normaliser = valid.sum().clamp(min=1) / cfg.minibatches
         sums = {"loss": 0.0, "policy_loss": 0.0, "entropy": 0.0, "grad_norm": 0.0}
         for _ in range(cfg.epochs):
@@ -254,13 +371,16 @@ class OnePageGRPO:
                     self.optimizer.step()
                 for name, value in zip(sums, (loss, policy_loss, entropy, grad_norm), strict=True):
                     sums[name] += value.item()
+        self.update_index += 1
         steps = cfg.epochs * cfg.minibatches
-        playing = batch.valid.unflatten(1, (-1, cfg.group_size)).any(-1)  # compared group steps
+        playing = valid.unflatten(1, (-1, cfg.group_size)).any(-1)  # compared group steps
+        episodes, returns = self.ended.tolist()  # those the rollout saw end, from the start
         return {
             **{name: total / steps for name, total in sums.items()},
             "valid_steps": valid.sum().item(),
-            "return_mean": batch.rewards.sum(0).mean().item(),
             "frac_zero_std_groups": ((playing & ~spread).sum() / playing.sum()).item(),
+            "episodes": episodes,
+            "return_mean": returns / episodes if episodes else math.nan,
         }
 
 
@@ -294,7 +414,8 @@ def main(argv: Sequence[str] | None = None) -> OnePageGRPO:
         row = grpo.update()
         seconds = row["rollout_s"] + row["update_s"]
         print(
-            f"update {grpo.update_index:>3}: return {row['return_mean']:6.2f}, "
+            f"update {grpo.update_index:>3}: {row['episodes']:3.0f} episodes ended, "
+            f"return {row['return_mean']:6.2f}, "
             f"entropy {row['entropy']:.3f}, no spread {row['frac_zero_std_groups']:.2f}, "
             f"{row['valid_steps'] / seconds:,.0f} steps/s"
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -42,14 +43,17 @@ def test_callbacks_example_prints_evaluations_and_stops_without_improvement(
 @pytest.mark.slow
 def test_grpo_one_page_runs_as_documented_and_learns(tmp_path: Path) -> None:
     """`python examples/grpo_one_page.py` with its defaults, on one core as its docstring
-    says: a line per update, the return of the last five updates far above the first five's,
-    and nothing written."""
+    says: a line per update, the mean return of the last three updates in which episodes
+    ended far above that of the first three, and nothing written."""
     command = [sys.executable, str(EXAMPLES / "grpo_one_page.py")]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, check=True, timeout=600
     )
+    lines = done.stdout.splitlines()
+    assert len(lines) == 60
     returns = [float(r) for r in re.findall(r"return +(\S+),", done.stdout)]
-    assert len(returns) == 30
-    assert sum(returns[-5:]) / 5 > sum(returns[:5]) / 5 + 8  # seeded: about -3 against -21
+    ended = [r for r in returns if not math.isnan(r)]  # episodes end every ~6 updates
+    assert len(returns) == 60 and len(ended) >= 6
+    assert sum(ended[-3:]) / 3 > sum(ended[:3]) / 3 + 10  # seeded: about -2 against -24
     assert not any(tmp_path.iterdir())

@@ -1,14 +1,17 @@
 """examples/grpo_one_page.py: the trainer's update written on one page, and the benchmark's
 naive reference.
 
-`GRPOTrainer.learn` takes a `Rollout`, which carries the collection's episode statistics
-besides its tensors, and has no seam for bare tensors: so the trainer plays (`collect`), and
-both learn from that one rollout (`GRPOTrainer.learn` and the example's `learn`), from the
-same weights.
+Default (windowed) mode: from the same weights and env, the example and `GRPOTrainer` with
+`GRPOConfig()`'s defaults each play and learn, update after update, and their rollouts,
+advantages and parameters are compared. Episodes mode: `GRPOTrainer.learn` takes a
+`Rollout`, which carries the collection's episode statistics besides its tensors, and has no
+seam for bare tensors: so the trainer plays (`collect`), and both learn from that one rollout
+(`GRPOTrainer.learn` and the example's `learn`), from the same weights.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sys
 from collections.abc import Iterator
@@ -84,7 +87,9 @@ def as_batch(rollout: Rollout) -> Any:
         rollout.actions.long().clone(),
         rollout.logp.clone(),
         rollout.rewards.clone(),
-        rollout.valid.float().clone(),
+        rollout.valid.clone(),
+        rollout.cut.clone(),
+        rollout.earlier_policy_rows,
     )
 
 
@@ -101,6 +106,7 @@ def test_the_example_and_the_trainer_make_the_same_update(
     config = one_page.Config(
         num_groups=GROUPS,
         group_size=SIZE,
+        rollout="episodes",
         horizon=HORIZON,
         epochs=epochs,
         minibatches=1,
@@ -133,7 +139,9 @@ def test_the_example_and_the_trainer_make_the_same_update(
 def test_returns_and_advantages_are_the_trainers() -> None:
     """On a played rollout: returns and weights bit-equal to grpo_trainer.algorithm.advantages', the
     advantages equal to float32 rounding."""
-    config = one_page.Config(num_groups=GROUPS, group_size=SIZE, horizon=HORIZON)
+    config = one_page.Config(
+        num_groups=GROUPS, group_size=SIZE, rollout="episodes", horizon=HORIZON
+    )
     rollout = matching_trainer(config, fused=True).collect()
     rows = rollout.rewards.shape[0]
 
@@ -163,22 +171,147 @@ def test_returns_and_advantages_are_the_trainers() -> None:
 def test_collect_plays_one_episode_per_member_from_its_groups_start() -> None:
     """Members of a group start from one state; each member's steps count until its episode
     ends, its later episodes do not, and playing stops once every episode has ended."""
-    grpo = one_page.OnePageGRPO(
-        make_envs(**SHORT_GAMES), one_page.Config(num_groups=GROUPS, group_size=SIZE, horizon=200)
-    )
+    config = one_page.Config(num_groups=GROUPS, group_size=SIZE, rollout="episodes", horizon=200)
+    grpo = one_page.OnePageGRPO(make_envs(**SHORT_GAMES), config)
     batch = grpo.collect()
     rows = batch.valid.shape[0]
     lengths = batch.valid.sum(0)
-    assert rows == lengths.max() < 200
-    prefix = (torch.arange(rows)[:, None] < lengths[None, :]).float()
+    assert rows == lengths.max() < 200 and batch.carried == 0
+    prefix = torch.arange(rows)[:, None] < lengths[None, :]
     assert torch.equal(batch.valid, prefix)
     assert set(batch.rewards.sum(0).tolist()) <= {-4.0, 4.0}  # each the score that ended it
+    assert torch.equal(batch.cut, torch.arange(rows)[:, None] == lengths[None, :] - 1)
     starts = batch.obs[0].unflatten(0, (GROUPS, SIZE))
     assert torch.equal(starts, starts[:, :1].expand_as(starts))
     assert not torch.equal(starts[:, 0], starts[:1, 0].expand_as(starts[:, 0]))
     with torch.no_grad():
         logp = Categorical(logits=grpo.policy(batch.obs)).log_prob(batch.actions)
     torch.testing.assert_close(batch.logp, logp)  # the playing policy's log-probs
+
+
+UPDATES = 4
+
+
+def default_trainer() -> GRPOTrainer:
+    """The trainer's default update: `GRPOConfig()`'s defaults (windowed rollouts, window and
+    discount from the episode limit, 8 epochs of 8 minibatches, the linear rate decay,
+    branching ended members) apart from sizes, and one storage setting:
+    `obs_storage="float32"`, since the default stores Fruit Catcher's observations as float16,
+    which rounds what the policy sees, and the example stores them as float32. The batch holds
+    fewer samples than `anchor_samples`, so it is one trust region, as the example's is."""
+    config = GRPOConfig(
+        num_groups=GROUPS,
+        total_env_steps=UPDATES * GROUPS * SIZE * GRPOConfig.rollout_steps,
+        obs_storage="float32",
+        run=RunConfig(device="cpu", progress=False),
+    )
+    return GRPOTrainer(make_envs(**SHORT_GAMES), config)
+
+
+def example_like(trainer: GRPOTrainer) -> Any:
+    """The example on the same env, with the trainer's resolved settings and weights."""
+    cfg = trainer.config
+    assert cfg.rollout == "windowed" and cfg.branch_ended and not cfg.branch_every
+    assert cfg.kl_coef == 0 and cfg.scale == "batch_std" and cfg.advantage == "per_step"
+    assert GROUPS * SIZE * cfg.rollout_steps <= cfg.anchor_samples  # one trust region
+    config = one_page.Config(
+        num_groups=GROUPS,
+        group_size=SIZE,
+        rollout_steps=cfg.rollout_steps,
+        window=cfg.window,
+        restart_every=cfg.restart_every,
+        updates=UPDATES,
+        epochs=cfg.epochs,
+        minibatches=GROUPS * SIZE * cfg.rollout_steps // cfg.minibatch_size,
+        lr=cfg.lr,
+        gamma=cfg.gamma,
+        seed=cfg.run.seed,
+    )
+    grpo = one_page.OnePageGRPO(make_envs(**SHORT_GAMES), config)
+    with torch.no_grad():
+        for mine, theirs in zip(grpo.policy.parameters(), trainer.policy.parameters(), strict=True):
+            mine.copy_(theirs)
+    return grpo
+
+
+def test_the_example_and_the_trainer_make_the_same_windowed_updates() -> None:
+    """The trainer's default mode, update after update from the same weights and env: the
+    same rollouts (observations, actions, rewards, validity and cuts bit for bit, log-probs to
+    float32 rounding, the same rows carried over), bit-equal weights and zero-spread group
+    steps, advantages to float32 rounding, the same losses and episode figures, and
+    parameters equal to 1e-5 after each update's 64 AdamW steps. The envs' short games end
+    episodes at many steps, so groups restart and ended members branch in every update."""
+    trainer = default_trainer()
+    grpo = example_like(trainer)
+    assert (trainer.config.window, trainer.config.epochs, grpo.config.minibatches) == (32, 8, 8)
+    played: list[torch.Tensor] = []
+    for update in range(UPDATES):
+        theirs = trainer.collect()
+        ours = grpo.collect()
+        assert ours.carried == theirs.earlier_policy_rows == trainer.config.window - 1
+        assert torch.equal(ours.obs, theirs.obs) and torch.equal(
+            ours.actions, theirs.actions.long()
+        )
+        for name in ("rewards", "valid", "cut"):
+            assert torch.equal(getattr(ours, name), getattr(theirs, name)), (update, name)
+        torch.testing.assert_close(ours.logp, theirs.logp, rtol=0.0, atol=1e-6)
+        played.append(ours.valid[ours.carried :].clone())
+
+        advantages, weights, spread = grpo.compare(ours)
+        expected = trainer.advantages(theirs)
+        assert torch.equal(weights, expected.weights)
+        assert torch.equal(expected.zero_spread, expected.compared & ~spread)
+        torch.testing.assert_close(advantages, expected.advantages, rtol=1e-6, atol=1e-6)
+        assert (weights == 0).any() and (weights == 1).any()
+
+        before = [p.detach().clone() for p in grpo.policy.parameters()]
+        mine = grpo.learn(ours)
+        report = trainer.learn(theirs).metrics
+        for name in ("loss", "policy_loss", "entropy", "grad_norm"):
+            assert mine[name] == pytest.approx(report[name], rel=1e-5, abs=1e-7), (update, name)
+        for name in ("valid_steps", "frac_zero_std_groups", "episodes"):
+            assert mine[name] == pytest.approx(report[name], abs=1e-7), (update, name)
+        if mine["episodes"]:
+            assert mine["return_mean"] == pytest.approx(report["return_mean"], abs=1e-6)
+        for p, q, p0 in zip(
+            grpo.policy.parameters(), trainer.policy.parameters(), before, strict=True
+        ):
+            torch.testing.assert_close(p, q, rtol=0.0, atol=1e-5)
+            assert (p - p0).abs().max() > 0.5 * trainer.config.lr * (1 - update / UPDATES)
+    assert grpo.update_index == trainer.update_index == UPDATES
+
+    # What the rollouts exercised: a member that had ended playing again while its group
+    # played on (a branch), and a whole group that had ended starting again (a restart).
+    valid = torch.cat(played).unflatten(1, (GROUPS, SIZE))  # every played row, in order
+    again = ~valid[:-1] & valid[1:]  # (rows - 1, groups, members): counts again next row
+    group_on = valid[:-1].any(-1, keepdim=True)
+    assert (again & group_on).any() and (again & ~group_on).any()
+    assert 0.3 < valid.float().mean() < 0.95
+
+
+def test_windowed_rollouts_carry_their_look_ahead_and_start_groups_alike() -> None:
+    """The last `window - 1` rows of a rollout are the first of the next; members of a group
+    start from one state, groups from different ones; an ended member waits for a restart
+    check (every `restart_every` steps) and no longer."""
+    config = one_page.Config(num_groups=GROUPS, group_size=SIZE, window=16, rollout_steps=24)
+    grpo = one_page.OnePageGRPO(make_envs(**SHORT_GAMES), config)
+    first = grpo.collect()
+    assert first.rewards.shape[0] == 24 + 15 and first.obs.shape[0] == 24
+    assert not first.valid[:15].any() and first.carried == 15  # no earlier rollout
+    starts = first.obs[15].unflatten(0, (GROUPS, SIZE))
+    assert torch.equal(starts, starts[:, :1].expand_as(starts))
+    assert not torch.equal(starts[:, 0], starts[:1, 0].expand_as(starts[:, 0]))
+    look_ahead = [t[24:].clone() for t in (first.rewards, first.valid, first.cut)]
+    grpo.learn(first)
+    second = grpo.collect()
+    for carried, now in zip(look_ahead, (second.rewards, second.valid, second.cut), strict=True):
+        assert torch.equal(now[:15], carried)
+    valid = torch.cat((first.valid[15:], second.valid[15:]))  # 48 steps played in order
+    every = config.restart_every
+    assert (~valid).any()
+    for step in range(valid.shape[0] - every):
+        ended = ~valid[step]  # a check falls within the next `every` steps
+        assert valid[step + 1 : step + every + 1].any(0)[ended].all()
 
 
 @pytest.fixture
@@ -203,16 +336,31 @@ def test_the_benchmarks_naive_row_is_this_example(naive_benchmark: ModuleType) -
     assert grpo.config.num_groups == GROUPS and grpo.config.horizon == 16
 
 
+@pytest.mark.parametrize(
+    "mode", [["--rollout-steps", "8"], ["--rollout", "episodes", "--horizon", "8"]]
+)
 def test_main_prints_a_line_per_update_and_every_field_is_a_documented_flag(
-    capsys: pytest.CaptureFixture[str],
+    mode: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    grpo = one_page.main(["--updates", "2", "--num-groups", "2", "--horizon", "8", "--lr", "0.02"])
+    grpo = one_page.main(["--updates", "2", "--num-groups", "2", "--lr", "0.02", *mode])
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == ["update   1", "update   2"]
     assert grpo.update_index == 2 and grpo.config.lr == 0.02 and grpo.num_envs == 16
+    assert grpo.optimizer.param_groups[0]["lr"] == pytest.approx(0.01)  # decayed linearly
     with pytest.raises(SystemExit):
         one_page.parse_args(["--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     for field in one_page.Config.__dataclass_fields__:
         assert f"--{field.replace('_', '-')}" in help_text
     assert "DAPO's clip-higher" in help_text  # the fields' docstrings are the help
+
+
+def test_bad_settings_are_refused_with_the_reason() -> None:
+    config = one_page.Config(num_groups=GROUPS, group_size=SIZE)
+    with pytest.raises(ValueError, match="rollout must be 'windowed' or 'episodes'"):
+        one_page.OnePageGRPO(make_envs(), dataclasses.replace(config, rollout="window"))
+    with pytest.raises(ValueError, match="the env has 16 sub-envs, the config 32"):
+        one_page.OnePageGRPO(gym.make_vec("FruitCatcher-v0", num_envs=16), config)
+    cartpole = gym.make_vec("CartPole-v1", num_envs=GROUPS * SIZE, vectorization_mode="sync")
+    with pytest.raises(ValueError, match="windowed rollouts need state snapshots"):
+        one_page.OnePageGRPO(cartpole, config)
