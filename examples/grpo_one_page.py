@@ -6,24 +6,21 @@
 
 Read `OnePageGRPO.update()` top to bottom: `collect()` plays, `learn()` compares each step
 with its group and optimises. It is the update `grpo_trainer.GRPOTrainer` makes by default
-(`rollout="windowed"`, docs/trainer.md): every sub-env plays `rollout_steps` steps and its
-episodes run on across updates; a step's return looks `window` steps ahead, so the last
-`window - 1` rows wait for the next rollout and are then re-scored by the current policy;
-groups restart together, and a member whose episode ended takes the state of one still
-playing (`branch_ended`). tests/test_one_page_grpo.py checks that from the same weights and
-env both play the same rollouts, compute the same advantages and reach the same parameters,
-update after update. `--rollout episodes` is the trainer's `rollout="episodes"`: one episode
-per member from a group reset (checked on one update).
+(`rollout="windowed"`, docs/trainer.md): every sub-env plays `rollout_steps` steps, episodes
+run on across updates, a step's return looks `window` steps ahead (so the last `window - 1`
+rows wait for the next rollout, which re-scores them), groups restart together, and a member
+whose episode ended takes the state of one still playing. tests/test_one_page_grpo.py checks
+that from the same weights and env both play the same rollouts, compute the same advantages
+and reach the same parameters, update after update, with `obs_storage="float32"` (the
+trainer's default stores Fruit Catcher's observations as float16, this file as float32).
+`--rollout episodes` is the trainer's `rollout="episodes"`, one episode per member.
 
-What it leaves out: the trainer's default stores Fruit Catcher's observations as float16,
-this file as float32 (the test sets `obs_storage="float32"`); it has one trust region (the
-trainer splits an update of over `anchor_samples` samples, 32,768 on the CPU), no
-`branch_every` and no KL term (both off by default), and counts minibatches where the trainer
-sizes them. Its windowed rollouts need an env with state snapshots and masked resets, as
-fruit_env's have (docs/env.md); the trainer restarts any env. Flat Box observations and
-Discrete actions only. It is written the straightforward way on purpose (a Python loop over
-steps, `torch.distributions.Categorical` in the loss, float32 observations and int64 actions
-stored, a for-loop AdamW, eager PyTorch), and so it is also the "naive" row, in episodes mode,
+Left out: more than one trust region (the trainer splits updates of over `anchor_samples`
+samples, 32,768 on the CPU), `branch_every` and the KL term (off by default), restarts for
+envs without state snapshots and masked resets (fruit_env's envs have them: docs/env.md), any
+but flat Box observations and Discrete actions. It is written the straightforward way on
+purpose (a Python loop over steps, `torch.distributions.Categorical` in the loss, float32
+observations stored, a for-loop AdamW, eager PyTorch): in episodes mode it is the "naive" row
 that benchmarks/train_throughput.py times the trainer against.
 """
 
@@ -224,6 +221,7 @@ class OnePageGRPO:
         return {**metrics, "rollout_s": played - start, "update_s": time.perf_counter() - played}
 
     def collect(self) -> Batch:
+        """Play with the current policy (`rollout`: windowed, or whole episodes)."""
         self.ended.zero_()
         return self.play_window() if self.config.rollout == "windowed" else self.play_episodes()
 

@@ -237,10 +237,10 @@ def example_like(trainer: GRPOTrainer) -> Any:
 def test_the_example_and_the_trainer_make_the_same_windowed_updates() -> None:
     """The trainer's default mode, update after update from the same weights and env: the
     same rollouts (observations, actions, rewards, validity and cuts bit for bit, log-probs to
-    float32 rounding, the same rows carried over), bit-equal weights and zero-spread group
-    steps, advantages to float32 rounding, the same losses and episode figures, and
-    parameters equal to 1e-5 after each update's 64 AdamW steps. The envs' short games end
-    episodes at many steps, so groups restart and ended members branch in every update."""
+    float32 rounding, the same rows carried over), bit-equal sample weights and zero-spread
+    group steps, advantages to float32 rounding, the same losses and episode figures, and
+    parameters equal to 1e-5 after each update's 64 AdamW steps at its decayed rate. The envs'
+    short games end episodes at many steps, so groups restart and ended members branch."""
     trainer = default_trainer()
     grpo = example_like(trainer)
     assert (trainer.config.window, trainer.config.epochs, grpo.config.minibatches) == (32, 8, 8)
