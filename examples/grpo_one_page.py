@@ -194,7 +194,7 @@ class OnePageGRPO:
         # One generator draws everything random, in the trainer's order: actions, branch
         # donors, minibatch order.
         self.generator = torch.Generator(device).manual_seed(config.seed)
-        self.update_index = self.steps = 0
+        self.update_index = self.steps = 0  # steps: played by each sub-env, windowed
         self.index = torch.arange(b, device=device)
         self.leader = self.index // config.group_size * config.group_size  # group's first
         self.next_obs: torch.Tensor | None = None  # windowed: where the next rollout starts
@@ -280,9 +280,10 @@ class OnePageGRPO:
         return Batch(*rows, self.rewards, self.valid, self.cut, min(waiting, trained))
 
     def restart_groups(self, obs: torch.Tensor) -> torch.Tensor:
-        """A group whose members have all ended starts a new game: its first member resets and
-        the others copy its state. A member that ended while others play on takes the state of
-        one of them, chosen at random, and plays on from there (a branch)."""
+        """Every `restart_every` steps: a group whose members have all ended starts a new game
+        (its first member resets, the others copy its state), and a member that ended while
+        others play on takes the state of one of them, chosen at random, and plays on from
+        there (a branch: the trainer's `branch_ended`, its default on envs with snapshots)."""
         k = self.config.group_size
         alive = self.alive.view(-1, k)
         fresh = (~alive.any(1)).repeat_interleave(k)
