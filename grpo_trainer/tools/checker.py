@@ -1,18 +1,12 @@
 """`check_vector_env`: a conformance checker for any Gymnasium vector env (torch, numpy or JAX
-outputs), with a named result and concrete evidence for each rule.
+outputs), with a status and concrete evidence for each rule (`CHECKS`; docs/integrations.md).
 
     report = check_vector_env(gym.make_vec("CartPole-v1", num_envs=4))
     print(report)        # a table: check, status, evidence
     assert report.ok     # no check failed (warnings and skips do not fail)
 
-The checks (`CHECKS`, in this order; docs/integrations.md describes each) are flat `check_*`
-functions, each testing one promise and returning its evidence, or raising `Verdict` with a
-warning, a failure or a skip.
-
-The checker steps the env it is given (and resets it at the end) but closes nothing it did not
-create; the global torch, numpy and `random` RNG states are restored when it returns. It lives
-in `grpo_trainer` because it checks what the trainer relies on, for any env;
-`python -m grpo_trainer check ENV_ID` runs it on an env built as the trainer builds it.
+It steps and finally resets the env, closes nothing it did not create, and restores the global
+RNG states. It lives here because it checks what the trainer relies on, for any env.
 """
 
 from __future__ import annotations
@@ -77,10 +71,7 @@ class CheckReport:
         return [c for c in self.checks if c.status == "fail"]
 
     def __getitem__(self, name: str) -> Check:
-        for check in self.checks:
-            if check.name == name:
-                return check
-        raise KeyError(name)
+        return {c.name: c for c in self.checks}[name]
 
     def statuses(self) -> dict[str, str]:
         """{check name: status}."""
@@ -389,10 +380,7 @@ def check_next_step(
             f"{reward[i]}, terminated {term[i]}, truncated {trunc[i]}; expected 0, False, False",
         )
     other = actions[t + 1].copy()  # other actions for the ended sub-envs on the reset step
-    space = copy.deepcopy(play.single_action)
-    space.seed(play.seed + 4)
-    for j in np.nonzero(ended)[0]:
-        other[j] = _another(space, other[j])
+    other[ended] = play.other_actions([other], play.seed + 4)[0][ended]
     play.reset(seed=play.seed)
     replay = [play.step(a) for a in actions[: t + 1]]
     if _first_difference(_np(replay[-1][0]), _np(out[0]), "obs"):
@@ -707,23 +695,13 @@ def _snapshot_comparisons(
     swapped = f"{swap}, each on the other's actions, neighbours on others{stayed}; copy vs source"
     rewound = f"{rewind}, on the same actions again, neighbours on others; copy vs source"
     neighbour = "changed a neighbour; with vs without the restore"
+    not_ij = {m: m for m in range(n) if m not in (i, j)}
+    not_i = {m: m for m in range(n) if m != i}
     return [
         (after_swap, source_out, {j: i, i: j}, start, swapped),
-        (
-            after_swap,
-            unswapped,
-            {m: m for m in range(n) if m not in (i, j)},
-            start,
-            f"{swap} {neighbour}",
-        ),
+        (after_swap, unswapped, not_ij, start, f"{swap} {neighbour}"),
         (after_rewind, source_out, {i: i}, start + k, f"{rewound} ({k} steps earlier)"),
-        (
-            after_rewind,
-            unrewound,
-            {m: m for m in range(n) if m != i},
-            start + k,
-            f"{rewind} {neighbour}",
-        ),
+        (after_rewind, unrewound, not_i, start + k, f"{rewind} {neighbour}"),
     ]
 
 
@@ -885,8 +863,7 @@ def _difference(
     a: list[Outputs], b: list[Outputs], first: int = -1, sub_envs: int | None = None
 ) -> str | None:
     """The first difference between two lists of outputs (of their first `sub_envs` only),
-    named by env step (the first being `first`; -1 a reset, as `EnvPlayer.trajectory`
-    begins), key and sub-env."""
+    named by step (the first is `first`; -1: a reset), key and sub-env."""
     names = ("obs", "reward", "terminated", "truncated")
     for t, (x, y) in enumerate(zip(a, b, strict=True)):
         for name, u, v in zip(names, x, y, strict=False):
@@ -913,9 +890,8 @@ def _short(x: Any) -> str:
 
 
 def _with_rows(tree: Any, source: Any, rows: Mapping[int, int]) -> Any:
-    """`tree` (numpy outputs) with row `dst` replaced by `source`'s row `src` for each
-    `dst: src`: what `tree` should be if those sub-envs played `source`'s games. Comparing
-    against it names the sub-env of `tree` that differs."""
+    """`tree` with row `dst` taken from `source`'s row `src` for each `dst: src`: what it
+    should be if those sub-envs played `source`'s games (a comparison then names the row)."""
     if isinstance(tree, Mapping):
         return {k: _with_rows(v, source[k], rows) for k, v in tree.items()}
     if isinstance(tree, (tuple, list)):
