@@ -160,12 +160,9 @@ class GaussianHead(ActionHead):
         size = int(np.prod(self.action_shape))
         self.param_dim, self.action_dtype = size, torch.float32
         self.log_std = nn.Parameter(torch.zeros(size))
-        self.register_buffer(
-            "low", torch.as_tensor(space.low, dtype=torch.float32), persistent=False
-        )
-        self.register_buffer(
-            "high", torch.as_tensor(space.high, dtype=torch.float32), persistent=False
-        )
+        for name, bound in (("low", space.low), ("high", space.high)):
+            tensor = torch.as_tensor(bound, dtype=torch.float32)
+            self.register_buffer(name, tensor, persistent=False)
 
     def noise(
         self, batch: int, generator: torch.Generator | None, device: torch.device
@@ -205,13 +202,9 @@ class GaussianHead(ActionHead):
 
 
 class _SigmoidTanh(torch.autograd.Function):
-    """tanh(x) as 2 sigmoid(2x) - 1, with tanh's own backward, grad * (1 - y^2).
-
-    Why: on x86 CPUs ATen's float32 `tanh` kernel costs several times its `sigmoid`, so the
-    two hidden tanh layers would cost more than the matmuls around them (docs/performance.md,
-    "Figures the code relies on"). The identity is exact in real arithmetic; in float32 the
-    result stays within a few ulps of `torch.tanh`, inside [-1, 1] (tests/test_policy.py).
-    """
+    """tanh(x) as 2 sigmoid(2x) - 1, with tanh's own backward: on x86 CPUs ATen's float32
+    `tanh` costs several times its `sigmoid` (docs/performance.md, "Figures the code relies
+    on"). In float32 it stays within a few ulps of `torch.tanh`, inside [-1, 1]."""
 
     @staticmethod
     def forward(x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
@@ -229,8 +222,7 @@ class _SigmoidTanh(torch.autograd.Function):
 
 
 class Tanh(nn.Module):
-    """Drop-in for `nn.Tanh` (no parameters, so checkpoints are unchanged), faster on the
-    CPU: see `_SigmoidTanh`."""
+    """Drop-in for `nn.Tanh` (checkpoints are unchanged), faster on the CPU: `_SigmoidTanh`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _SigmoidTanh.apply(x)
@@ -295,8 +287,7 @@ class Policy(nn.Module):
                 channels = width
             conv = nn.Sequential(*convs, nn.Flatten())
             with torch.no_grad():
-                shape = observation_space.shape
-                in_dim = conv(torch.zeros(1, *shape)).shape[1]
+                in_dim = conv(torch.zeros(1, *observation_space.shape)).shape[1]
             layers: list[nn.Module] = [conv]
         elif isinstance(observation_space, gym.spaces.Box):
             self.scale = 1.0
@@ -361,10 +352,8 @@ def build_policy(
 
 
 class AutocastPolicy:
-    """`policy` (and the KL `reference`, if any) as the rollout and the update call it, under
-    the run's autocast: sampling actions in a rollout, scoring stored actions (the anchor of a
-    clipped ratio), and one minibatch's loss. The trainer compiles the first and the last
-    (`accel.Compiled`)."""
+    """`policy` (and the KL `reference`, if any) under the run's autocast, as the rollout and
+    the update call it: sampling, scoring stored actions, and one minibatch's loss."""
 
     def __init__(
         self,
