@@ -1,15 +1,13 @@
 """A gymnax env as a torch vector env: one jit-compiled, vmapped step; torch in, torch out.
 
-gymnax envs are pure functions of an explicit state pytree, so everything GRPO needs from an
-env is an index or a scatter on that pytree: one PRNG key chain per sub-env (a reset with seed
-`s` starts as any other with `s`; a copied sub-env continues as its source), masked resets
-with a seed per sub-env, and state snapshots gathered and scattered on the device. Why it is
-ours rather than `GymnaxToVectorGymWrapper` + `JaxToTorch`, and how its outputs cross to
-torch: docs/integrations.md, "Every env family".
+gymnax envs are pure functions of a state pytree, so what GRPO needs (a PRNG key chain per
+sub-env, seeded masked resets, snapshots) is an index or a scatter on it, on the device. Why
+it is ours rather than `GymnaxToVectorGymWrapper` + `JaxToTorch`: docs/integrations.md.
 """
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -65,12 +63,9 @@ def torch_to_jax(device: torch.device) -> Callable[[torch.Tensor], Any]:
 class GymnaxVectorEnv(gym.vector.VectorEnv):
     """`num_envs` copies of one gymnax env on `device`, stepped by one compiled call.
 
-    `check_actions`: refuse out-of-range actions (a host read). `final_obs`: the last
-    observation of an ended episode in `info["final_obs"]` (SAME_STEP's contract).
-    `autoreset`: gymnax's own `env.step` (SAME_STEP); with False its `step_env` alone, and
-    ended sub-envs wait for a masked reset or a restore (DISABLED). The trainer turns all
-    three off (`metadata["fast_kwargs"]`): its actions come from the action space, it never
-    reads final observations and it starts groups itself.
+    `check_actions`: refuse out-of-range actions (a host read). `final_obs`: SAME_STEP's
+    `info["final_obs"]`. `autoreset=False`: ended sub-envs wait for a masked reset or a
+    restore (DISABLED). The trainer turns all three off (`metadata["fast_kwargs"]`).
     """
 
     metadata = {
@@ -111,12 +106,8 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         self._state: Any = None  # the batched state pytree
         self._keys: jax.Array | None = None  # (N, 2) uint32, one key chain per sub-env
         self._obs: jax.Array | None = None  # (N, *obs_shape): each sub-env's latest obs
-        if not autoreset:
-            self._step_fn = jax.jit(self._step_without_reset)
-        elif final_obs:
-            self._step_fn = jax.jit(self._compiled_step)
-        else:
-            self._step_fn = jax.jit(self._step_without_final_obs)
+        step = functools.partial(self._compiled_step, autoreset=autoreset, final_obs=final_obs)
+        self._step_fn = jax.jit(step)
         self._reset_fn = jax.jit(self._compiled_reset)
         # shapes and dtypes of (state, keys, observations), traced without computing anything
         keys = jax.ShapeDtypeStruct((num_envs, 2), jnp.uint32)
@@ -127,33 +118,29 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
 
     # -- the compiled functions ------------------------------------------------------------
 
-    def _compiled_step(self, state: Any, keys: jax.Array, action: jax.Array) -> Any:
+    def _compiled_step(
+        self, state: Any, keys: jax.Array, action: jax.Array, *, autoreset: bool, final_obs: bool
+    ) -> Any:
         """One step of every sub-env: state, keys, observations, `(N, 3)` reward and flags,
-        and the info (the final observations)."""
+        and the info (the final observations, if asked). Without `autoreset`, gymnax's
+        transition alone (`step_env`): no new game is drawn on the step."""
         split = jax.vmap(jax.random.split)(keys)
-        step = jax.vmap(self.env.step, in_axes=(0, 0, 0, None))
-        obs, state, reward, terminated, truncated, info = step(
-            split[:, 1], state, action.astype(self._inputs.action_dtype), self.params
-        )
+        action = action.astype(self._inputs.action_dtype)
+        if autoreset:
+            step = jax.vmap(self.env.step, in_axes=(0, 0, 0, None))
+            obs, state, reward, terminated, truncated, info = step(
+                split[:, 1], state, action, self.params
+            )
+        else:
+            step = jax.vmap(self.env.step_env, in_axes=(0, 0, 0, None))
+            obs, state, reward, terminated, _ = step(split[:, 1], state, action, self.params)
+            truncated = jax.vmap(self.env.is_truncated, in_axes=(0, None))(state, self.params)
         flags = jnp.stack([reward, terminated, truncated], axis=1).astype(jnp.float32)
-        final = {"final_obs": info["final_observation"].astype(jnp.float32)}
-        final["_final_obs"] = terminated | truncated
+        final: dict[str, jax.Array] = {}
+        if autoreset and final_obs:
+            final["final_obs"] = info["final_observation"].astype(jnp.float32)
+            final["_final_obs"] = terminated | truncated
         return state, split[:, 0], obs.astype(jnp.float32), flags, final
-
-    def _step_without_final_obs(self, state: Any, keys: jax.Array, action: jax.Array) -> Any:
-        *out, _ = self._compiled_step(state, keys, action)
-        return (*out, {})
-
-    def _step_without_reset(self, state: Any, keys: jax.Array, action: jax.Array) -> Any:
-        """gymnax's transition without its autoreset: no new game is drawn on the step."""
-        split = jax.vmap(jax.random.split)(keys)
-        step = jax.vmap(self.env.step_env, in_axes=(0, 0, 0, None))
-        obs, state, reward, terminated, _ = step(
-            split[:, 1], state, action.astype(self._inputs.action_dtype), self.params
-        )
-        truncated = jax.vmap(self.env.is_truncated, in_axes=(0, None))(state, self.params)
-        flags = jnp.stack([reward, terminated, truncated], axis=1)
-        return state, split[:, 0], obs.astype(jnp.float32), flags.astype(jnp.float32), {}
 
     def _compiled_reset(
         self, state: Any, keys: jax.Array, obs: Any, mask: jax.Array, seeds: jax.Array
@@ -272,10 +259,7 @@ class JaxInputs:
             if not first:
                 return jnp.zeros((self.num_envs, 3), jnp.uint32)
             seed = secrets.randbelow(2**63)
-        per_env = per_env_seeds(seed, self.num_envs)
-        for s in per_env:
-            if s is not None and not 0 <= s < 2**64:
-                raise ValueError(f"seeds must be ints in [0, 2**64) or None, got {s!r}")
+        per_env = per_env_seeds(seed, self.num_envs)  # checks each seed's range
         if first:
             per_env = [secrets.randbelow(2**63) if s is None else s for s in per_env]
         rows = [(0, 0, 0) if s is None else (1, int(s) & 0xFFFFFFFF, int(s) >> 32) for s in per_env]
