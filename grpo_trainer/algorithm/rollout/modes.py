@@ -1,8 +1,7 @@
-"""The two rollout modes. `WindowedRollout`, the default: `rollout_steps` new steps per sub-env
-per update, episodes running on across updates; a step's return looks `window` steps ahead, so
-the last `window - 1` rows of a rollout wait, stored, for the next one. `EpisodeRollout`
-(`rollout="episodes"`): every member plays one episode per update, from a fresh group reset,
-for at most `horizon` steps; the horizon follows the episodes."""
+"""The two rollout modes. `WindowedRollout`: `rollout_steps` new steps per sub-env per update,
+episodes running on; returns look `window` steps ahead, so the last `window - 1` rows wait for
+the next rollout. `EpisodeRollout`: one episode per member per update, at most `horizon` steps,
+the horizon following the episodes."""
 
 from __future__ import annotations
 
