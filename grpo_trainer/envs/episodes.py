@@ -17,12 +17,9 @@ _CORE = ("return", "return_sq", "length")
 
 
 class EpisodeStats:
-    """Sums over ended episodes, per sub-env (few end between reads) and added up in float64
-    when read, so long runs lose no precision; `summarise` turns them into means. An
-    episode's return and length mean what the reference,
-    `fruit_env.interop.wrappers.TorchEpisodeStatistics`, records
-    (tests/test_shared_concepts.py keeps them in agreement).
-    """
+    """Sums over ended episodes, per sub-env and added up in float64 when read, so long runs
+    lose no precision. Return and length mean what the reference,
+    `fruit_env.interop.wrappers.TorchEpisodeStatistics`, records (tests/test_shared_concepts.py)."""
 
     def __init__(self, num_envs: int, device: torch.device) -> None:
         self.num_envs, self.device = num_envs, device
@@ -120,10 +117,9 @@ def summarise(
 class EpisodeRunner:
     """Steps an env and tracks each sub-env's current episode (who plays, return, length).
 
-    A sub-env is *alive* while the episode it started counts; when it ends, the episode is
-    added to `stats` and the sub-env stays out until started again (`begin_episodes`). One
-    that took over another's state (`branch_from`) plays on from the middle of that episode,
-    so its end is not counted: the statistics are of episodes played from their start, once.
+    A sub-env is *alive* while its episode counts; an ended one is added to `stats` and stays
+    out until started again. A branched one (`branch_from`) plays on mid-episode, so its end is
+    not counted: the statistics are of episodes played from their start, once.
     """
 
     def __init__(self, env: EnvIO, max_episode_steps: int | None = None) -> None:
@@ -138,11 +134,7 @@ class EpisodeRunner:
     def begin_episodes(self, mask: torch.Tensor | None = None) -> None:
         """Sub-envs in `mask` (all when None) start counting a new episode."""
         if mask is None:
-            self.alive.fill_(True)
-            self.from_start.fill_(True)
-            self.returns.zero_()
-            self.lengths.zero_()
-            return
+            mask = torch.ones_like(self.alive)
         self.alive |= mask
         self.from_start |= mask
         self.returns.masked_fill_(mask, 0.0)
@@ -191,13 +183,9 @@ def play_until_ended(
     on_step: Callable[[int, RunnerStep], None] | None = None,
     stop: Callable[[EpisodeRunner], bool] | None = None,
 ) -> int:
-    """Play from `obs` until every counted sub-env (`counted`, default all) has ended one
-    episode, or for `steps` steps.
-
-    `act(t, obs)` returns the env's actions. Without `stop` the loop runs all `steps` steps
-    and never waits on the device (a rollout); `stop(runner)` may read the device (evaluation
-    ends as soon as every episode has ended). Returns the number of steps played.
-    """
+    """Play from `obs` with `act(t, obs)` until every `counted` sub-env (default all) has
+    ended one episode, or for `steps` steps; returns the steps played. Without `stop` it never
+    waits on the device (a rollout); `stop(runner)` may read it to end early (evaluation)."""
     runner.alive.fill_(False)
     runner.begin_episodes(counted)
     for t in range(steps):
