@@ -1,22 +1,16 @@
-"""Group-relative advantages: pure tensor functions (no module state, no host syncs), and
-the estimator that applies them to a rollout, chosen once per `advantage` setting
-(`make_estimator`).
+"""Group-relative advantages: pure tensor functions (no module state, no host syncs), and the
+estimator that applies them to a rollout (`make_estimator`).
 
-Shapes: `L` stored rows by `B = num_groups * group_size` sub-envs, sub-env `b` in group
-`b // group_size`. `valid[t, b]`: step t of b belongs to an episode that counts; `cut[t, b]`:
-b's episode (or its path, at a branch) ends after step t, so returns stop there. The first
-`T` rows are trained; the rest are their look-ahead.
+Shapes: `L` rows by `B = num_groups * group_size` sub-envs, `b` in group `b // group_size`;
+`valid[t, b]`: the step's episode counts; `cut[t, b]`: its episode or path ends after t. The
+first `T` rows are trained, the rest are their look-ahead.
 
-* Windowed return-to-go: `G[t, b] = Σ_{k<W} γ^k r[t+k, b] Π_{j<k} (1 − cut[t+j, b])`, the
-  discounted rewards from t until the episode ends or `W` steps, whichever comes first.
-* Per-step advantage: `A[t, b] = (G[t, b] − mean_{j∈g(b), valid[t, j]} G[t, j]) / scale`.
-  Members of a group start alike and stay in step, so at every row they are compared with
-  peers at the same step of the same game.
-* Outcome advantage (whole episodes): `A[t, b] = (R[b] − mean_{j∈g(b)} R[j]) / scale`, with
-  `R` the episode return, for every valid step of b.
-* Scale: the group's std (GRPO), the batch std (REINFORCE++) or none (Dr. GRPO).
-* A group step whose compared values spread by at most `zero_std_eps` carries no signal:
-  its samples get weight 0 (and are counted in `frac_zero_std`).
+* Windowed return: `G[t, b] = Σ_{k<W} γ^k r[t+k, b] Π_{j<k} (1 − cut[t+j, b])`.
+* Per-step: `A[t, b] = (G[t, b] − mean_{j∈g(b), valid[t, j]} G[t, j]) / scale`: members start
+  alike and stay in step, so each is compared with peers at the same step of the same game.
+* Outcome: `A[t, b] = (R[b] − mean_{j∈g(b)} R[j]) / scale`, `R` the episode return.
+* Scale: the group's std (GRPO), the batch std (REINFORCE++) or none (Dr. GRPO). A group
+  step whose values spread by at most `zero_std_eps` gets weight 0 (`frac_zero_std`).
 """
 
 from __future__ import annotations
@@ -42,12 +36,8 @@ class Advantages(NamedTuple):
 def windowed_returns(
     rewards: torch.Tensor, cut: torch.Tensor, *, rows: int, window: int, gamma: float
 ) -> torch.Tensor:
-    """`G[t]` for the first `rows` rows (the rewards need `rows + window - 1` rows, or fewer
-    where `window` reaches past the end: returns then stop at the last row).
-
-    Identical reward sequences give bit-identical returns (the same sums in the same order),
-    so a group without spread is recognised exactly.
-    """
+    """`G[t]` for the first `rows` rows (of `rows + window - 1`, or fewer: returns then stop at
+    the last row). Equal reward sequences give bit-equal returns, so no spread is exact."""
     length = rewards.shape[0]
     if window >= length:  # every return reaches the last row: one backward pass
         keep = (~cut).to(rewards.dtype) * gamma
@@ -97,12 +87,9 @@ def group_relative(
     zero_std_eps: float,
     sum_over_ranks: Callable[[torch.Tensor], torch.Tensor] = lambda x: x,
 ) -> Advantages:
-    """Advantages of `(T, B)` `returns`, each compared with its group's mean over the members
-    `compare` marks at the same row; samples count where `valid`.
-
-    `sum_over_ranks` sums the batch-std moments over data-parallel ranks (identity in one
-    process), so `scale="batch_std"` does not depend on how the batch is split.
-    """
+    """Advantages of `(T, B)` `returns` against their group's mean over the members `compare`
+    marks at the same row; samples count where `valid`. `sum_over_ranks` sums the batch-std
+    moments over ranks, so `scale="batch_std"` does not depend on how the batch is split."""
     compare_f = compare.to(returns.dtype)
     grouped = _groups(returns, group_size)  # (T, G, K)
     members = _groups(compare_f, group_size)

@@ -1,12 +1,9 @@
-"""What `learn()` optimises and how: an update's samples as named columns (`Samples`), its
-trust regions, one optimiser step per minibatch (`OptimizerStep`: backward, scaled under fp16
-AMP, clip, apply, and a skip where the loss or a gradient is not finite, decided on the
-device), and the sums over an update's steps (`LossTotals`).
+"""What an update optimises and how: its samples (`Samples`), trust regions, one optimiser
+step per minibatch (`OptimizerStep`) and the sums over its steps (`LossTotals`).
 
-A non-finite step must not reach the weights, and asking the host whether it is finite would
-stall a GPU once per minibatch. So the verdict stays a tensor: the fused optimizer takes it as
-its `found_inf` input (the mechanism GradScaler uses); foreach AdamW has no such input, so its
-step is taken and then undone where the verdict says so.
+A non-finite step must not reach the weights, and asking the host would stall a GPU, so the
+verdict stays a tensor: the fused optimizer takes it as `found_inf` (as GradScaler does); a
+foreach step is taken and then undone where the verdict says so.
 """
 
 from __future__ import annotations

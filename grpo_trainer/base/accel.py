@@ -1,7 +1,5 @@
-"""Speed features with capability checks: device choice, compile, AMP, fused optimizer.
-
-Each helper picks the fastest option the device supports and says (in the log) when it
-falls back, so a run never fails because an accelerator feature is missing.
+"""Speed features with capability checks: device choice, compile, AMP, fused optimizer. Each
+picks the fastest option the device supports and logs a fallback, so a run never fails over one.
 """
 
 from __future__ import annotations
@@ -19,14 +17,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def resolve_device(name: str) -> torch.device:
     """ "auto" -> cuda when available, else cpu; anything else must exist on this machine.
-
-    "meta" is accepted as a test device: tensors with shapes and no data, so a hot path run on
-    it fails on any tensor made on the CPU by mistake and on any host read of a value.
-
-    The reference is `fruit_env.kit.inputs.resolve_device` (which also takes mps and xpu, and no
-    "auto"); grpo_trainer never imports fruit_env, so this is a copy, and
-    tests/test_shared_concepts.py keeps the two in agreement on the names both take.
-    """
+    "meta" is a test device (shapes, no data): a hot path on it fails on a stray CPU tensor or
+    a host read. The reference is `fruit_env.kit.inputs.resolve_device` (not imported here);
+    tests/test_shared_concepts.py keeps the two in agreement."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

@@ -1,9 +1,6 @@
-"""What data-parallel ranks share, behind one interface with two implementations.
-
-`SingleProcess` does nothing (one process is the whole batch); `TorchDistributed` all-reduces
-over the process group `torchrun` started. The trainer calls the same methods either way, so
-no other module branches on the world size. What a distributed update exchanges besides
-DDP's gradients: docs/distributed.md.
+"""What data-parallel ranks share, behind one interface: `SingleProcess` (the identity) or
+`TorchDistributed` (all-reduces over torchrun's process group), so that no other module
+branches on the world size (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -115,11 +112,8 @@ class TorchDistributed(Collective):
         return torch.isfinite(grad_norm)
 
     def data_parallel(self, policy: nn.Module) -> LogProbEntropy:
-        """`policy.log_prob_entropy` wrapped in DDP; the rollout keeps using the plain module.
-
-        Construction broadcasts rank 0's parameters and buffers, so replicas start identical.
-        Buffers are constants derived from the spaces, so they are not re-synced every forward.
-        """
+        """`policy.log_prob_entropy` wrapped in DDP (which broadcasts rank 0's parameters); the
+        buffers are constants of the spaces, so they are not re-synced every forward."""
         device = next(policy.parameters()).device
         return nn.parallel.DistributedDataParallel(
             _LogProbEntropy(policy),
@@ -145,11 +139,8 @@ def rank_seed(seed: int, update: int, rank: int) -> int:
 
 
 class _LogProbEntropy(nn.Module):
-    """The update's forward as a module, so that DDP sees every parameter used in it.
-
-    DDP averages gradients only for work done through its own `forward`; the loss needs the
-    head's log-prob and entropy too (the Gaussian head owns a parameter), not just logits.
-    """
+    """The update's forward as a module: DDP averages gradients only for work done in its
+    `forward`, and the head's log-prob and entropy use a parameter too (the Gaussian log-std)."""
 
     def __init__(self, policy: nn.Module) -> None:
         super().__init__()

@@ -1,9 +1,8 @@
 """Every metric the trainer reports, declared once; timings, memory; a background writer.
 
-`METRICS` maps each metric to how it combines across data-parallel ranks (`reduce`: an
-all-reduce; `derived` from reduced sums; `host`, rank 0's own figure), how it is displayed,
-and a one-line description, for every reader: the reduction, the console, metrics.jsonl,
-TensorBoard and docs/trainer.md's table. A metric missing here cannot be reported.
+`METRICS` says how each metric combines across ranks (an all-reduce, `derived` from reduced
+sums, or rank 0's `host` figure), how it is shown and what it means, for every reader (the
+reduction, console, metrics.jsonl, TensorBoard, docs/trainer.md): undeclared, it is not reported.
 """
 
 from __future__ import annotations
@@ -164,8 +163,7 @@ METRICS: dict[str, Metric] = {
 
 def cross_rank(name: str) -> Reduce:
     """How an update's raw per-rank value `name` combines across ranks: a declared metric's
-    own all-reduce; anything else (the sums that `derived` metrics and counts are computed
-    from, and the stop flag, which is set where the sum is not 0) adds up."""
+    own all-reduce; anything else (the sums behind `derived` metrics, the stop flag) adds up."""
     metric = METRICS.get(name)
     return metric.reduce if metric and metric.reduce in ("sum", "mean", "min", "max") else "sum"
 
@@ -312,9 +310,8 @@ class MetricsWriter:
 
 
 def keep_rows_up_to(path: Path, update: int) -> None:
-    """Cut `metrics.jsonl` back to the rows of updates `<= update`, the point a run continues
-    from: rows a `kill -9` left after the checkpoint it resumes from (and a torn last line)
-    would otherwise appear twice, once from before the crash and once from the resumed run."""
+    """Cut `metrics.jsonl` back to the rows of updates `<= update`, where a resume continues:
+    rows a `kill -9` left after that checkpoint (and a torn line) would otherwise repeat."""
     if not path.exists():
         return
     kept = []

@@ -1,15 +1,10 @@
 """Gymnasium's numpy vector envs that keep their state in arrays, given the state protocol.
 
-`CartPoleVectorEnv` keeps every sub-env's state in a few numpy arrays, one column per sub-env,
-so a snapshot is an index into them and a restore a write. `ArrayStateVectorEnv` wraps the env
-and touches only the arrays its `ArrayLayout` names (`ARRAY_LAYOUTS`: add an env class whose
-step is a function of its arrays). The env's own reset takes one seed for all, so a sub-env
-reset with seed `s` is a one-sub-env *twin* of the env reset with `s`, copied into its row.
-The env's autoreset draws new games from one generator shared by all sub-envs, so what a
-sub-env restarts to would depend on its neighbours: with `autoreset=True` the adapter restarts
-pending sub-envs itself, each from its own seed chain (part of its state, so that a restored
-sub-env continues exactly as its source). The trainer starts groups itself and builds it with
-`autoreset=False` (DISABLED), sparing a twin's reset per episode end.
+`CartPoleVectorEnv` keeps each sub-env's state in a column of a few arrays (its `ArrayLayout`
+in `ARRAY_LAYOUTS`), so a snapshot is an index and a restore a write. Its reset takes one seed
+for all, so a sub-env reset with seed `s` is a one-sub-env *twin* reset with `s`, copied into
+its row; its autoreset shares one generator, so with `autoreset=True` the adapter restarts
+sub-envs itself, each from its own seed chain (part of its state). The trainer uses DISABLED.
 """
 
 from __future__ import annotations

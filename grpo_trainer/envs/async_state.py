@@ -1,11 +1,8 @@
 """Sub-env state snapshots for any Python env in an `AsyncVectorEnv`: pickled worker states.
 
-Each sub-env's state is the env object in its worker: `call("__dict__")` pulls every worker's
-state to the parent and `set_attr("__dict__", states)` pushes one back into each, so a restore
-pushes the snapshot's states into the chosen sub-envs and every other sub-env's own state back
-into it. Pulls are lazy, once for all live snapshots before the workers change. The worker
-keeps the NEXT_STEP autoreset flag, which the adapter mirrors and which only a masked reset
-can clear (docs/integrations.md, "Sub-env state snapshots for other vector envs").
+`call("__dict__")` pulls every worker's env state (lazily, once before the workers change) and
+`set_attr("__dict__", states)` pushes them back. The adapter mirrors each worker's NEXT_STEP
+autoreset flag, which only a masked reset can clear (docs/integrations.md).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Sub-env state snapshots for any Python env in a `SyncVectorEnv`: copies of the sub-envs.
 
-A Python env's state is the env object itself, so a snapshot of sub-env `i` is `envs[i]` and
-a restore puts a copy in its place. Copies are made only when the vector env is about to
-change an object a live snapshot holds, and only where a round trip at construction shows
-that a copy continues exactly as its source (docs/integrations.md, "Sub-env state snapshots
-for other vector envs"). `LazySnapshots` is what this adapter and `async_state`'s share.
+A snapshot of sub-env `i` is `envs[i]`, copied only before the vector env would change it, and
+offered only where a round trip shows that a copy continues as its source (docs/integrations.md).
+`LazySnapshots` is what this adapter and `async_state`'s share.
 """
 
 from __future__ import annotations

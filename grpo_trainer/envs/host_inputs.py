@@ -1,9 +1,8 @@
-"""Checking what callers hand the host-side env adapters: indices, masks and seeds.
+"""Checking what callers hand the host-side env adapters: indices, masks and seeds, as numpy.
 
 The reference for each rule is `fruit_env.kit.inputs` (`as_index`, `as_reset_mask`,
-`seeded_keys`), which makes tensors on the env's device where these make numpy arrays for
-envs that live on the host. grpo_trainer never imports fruit_env, so these are copies, and
-tests/test_shared_concepts.py keeps them in agreement.
+`seeded_keys`), which grpo_trainer does not import; tests/test_shared_concepts.py keeps the
+copies in agreement.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Hooks into a training run, for Python users: the habit Stable-Baselines3's callbacks set
-(docs/trainer.md, "Evaluation during training, targets and callbacks").
-
-Every hook gets the `RunState`, never the loop, so a callback cannot come to depend on it.
-Hooks run on every rank after the update's metrics reached the host: they cost no device
-sync of their own unless they read the device themselves. The run's `Target` is here too:
-the evaluation score it aims for, from `--target NAME=VALUE` or the env's declared goals.
+"""Hooks into a training run, as Stable-Baselines3's callbacks (docs/trainer.md). Every hook
+gets the `RunState`, never the loop, and runs on every rank once the metrics reached the host
+(no device sync of its own). Also the run's `Target`, the evaluation score it aims for.
 """
 
 from __future__ import annotations
@@ -95,9 +91,8 @@ class RunState:
         self.stop_requested = self.stop_requested or reason
 
     def end(self, **outcome: Any) -> None:
-        """Record how the run ends (`RunOutcome`'s fields). For decisions every rank reaches
-        alike, as the loop's and the evaluation's are; a callback that decides on its own
-        rank asks with `request_stop`, which every rank agrees on first."""
+        """Record how the run ends (`RunOutcome`'s fields), for decisions every rank reaches
+        alike; a callback deciding on its own rank asks with `request_stop` instead."""
         self.outcome = dataclasses.replace(self.outcome, **outcome)
 
 

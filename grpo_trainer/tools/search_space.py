@@ -6,9 +6,8 @@ A JSON object from field name to its range (docs/trainer.md, "Sweeps with Optuna
      "epochs":       {"choices": [4, 8]},
      "hidden_sizes": {"choices": [[64, 64], [128, 128]]}}
 
-Each entry is checked against the field's type before any trial runs, and a bad one raises
-`ValueError` naming the field. No Optuna here: `Param.suggest` takes any object with Optuna's
-`suggest_int`, `suggest_float` and `suggest_categorical`.
+Each entry is checked against the field's type before any trial runs. No Optuna here:
+`Param.suggest` takes any object with Optuna's `suggest_*` methods.
 """
 
 from __future__ import annotations
