@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+from torch import Tensor
 
 from grpo_trainer.algorithm.rollout import Rollout
 from grpo_trainer.base.config import GRPOConfig
@@ -27,15 +28,15 @@ EPS = 1e-8  # keeps a division by a zero std finite
 
 
 class Advantages(NamedTuple):
-    advantages: torch.Tensor  # (T, B) float32, zero where the weight is zero
-    weights: torch.Tensor  # (T, B) float32: 1 for valid samples of group steps with spread
-    zero_spread: torch.Tensor  # (T, G) bool: group steps with valid members but no spread
-    compared: torch.Tensor  # (T, G) bool: group steps with at least one valid member
+    advantages: Tensor  # (T, B) float32, zero where the weight is zero
+    weights: Tensor  # (T, B) float32: 1 for valid samples of group steps with spread
+    zero_spread: Tensor  # (T, G) bool: group steps with valid members but no spread
+    compared: Tensor  # (T, G) bool: group steps with at least one valid member
 
 
 def windowed_returns(
-    rewards: torch.Tensor, cut: torch.Tensor, *, rows: int, window: int, gamma: float
-) -> torch.Tensor:
+    rewards: Tensor, cut: Tensor, *, rows: int, window: int, gamma: float
+) -> Tensor:
     """`G[t]` for the first `rows` rows (of `rows + window - 1`, or fewer: returns then stop at
     the last row). Equal reward sequences give bit-equal returns, so no spread is exact."""
     length = rewards.shape[0]
@@ -57,19 +58,17 @@ def windowed_returns(
     return returns
 
 
-def episode_returns(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def episode_returns(rewards: Tensor, valid: Tensor) -> Tensor:
     """Undiscounted return of each member's episode, `(B,)` (one episode per member)."""
     return (rewards * valid).sum(0)
 
 
-def _groups(x: torch.Tensor, group_size: int) -> torch.Tensor:
+def _groups(x: Tensor, group_size: int) -> Tensor:
     """`(..., B)` -> `(..., G, group_size)`."""
     return x.unflatten(-1, (-1, group_size))
 
 
-def _masked_mean_std(
-    x: torch.Tensor, mask: torch.Tensor, dim: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _masked_mean_std(x: Tensor, mask: Tensor, dim: int) -> tuple[Tensor, Tensor]:
     """Mean and population std of `x` over `dim`, counting only `mask`ed entries."""
     count = mask.sum(dim, keepdim=True).clamp_min(1)
     mean = (x * mask).sum(dim, keepdim=True) / count
@@ -78,14 +77,14 @@ def _masked_mean_std(
 
 
 def group_relative(
-    returns: torch.Tensor,
-    compare: torch.Tensor,
-    valid: torch.Tensor,
+    returns: Tensor,
+    compare: Tensor,
+    valid: Tensor,
     group_size: int,
     *,
     scale: str,
     zero_std_eps: float,
-    sum_over_ranks: Callable[[torch.Tensor], torch.Tensor] = lambda x: x,
+    sum_over_ranks: Callable[[Tensor], Tensor] = lambda x: x,
 ) -> Advantages:
     """Advantages of `(T, B)` `returns` against their group's mean over the members `compare`
     marks at the same row; samples count where `valid`. `sum_over_ranks` sums the batch-std
@@ -117,22 +116,20 @@ def group_relative(
 Estimator = Callable[[Rollout], Advantages]
 
 
-def make_estimator(
-    config: GRPOConfig, sum_over_ranks: Callable[[torch.Tensor], torch.Tensor]
-) -> Estimator:
+def make_estimator(config: GRPOConfig, sum_over_ranks: Callable[[Tensor], Tensor]) -> Estimator:
     """The rollout's advantages: `advantage="per_step"` compares each step's discounted
     return over the rollout's window with the members of its group still playing at the same
     row; `"outcome"` gives every step of a member's episode the episode's return, compared
     with every member's."""
 
-    def per_step(rollout: Rollout, trained: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def per_step(rollout: Rollout, trained: Tensor) -> tuple[Tensor, Tensor]:
         rows = trained.shape[0]
         returns = windowed_returns(
             rollout.rewards, rollout.cut, rows=rows, window=rollout.window, gamma=config.gamma
         )
         return returns, trained
 
-    def outcome(rollout: Rollout, trained: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def outcome(rollout: Rollout, trained: Tensor) -> tuple[Tensor, Tensor]:
         returns = episode_returns(rollout.rewards, rollout.valid).expand_as(trained)
         return returns, torch.ones_like(trained)
 

@@ -11,14 +11,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch import Tensor, nn
 
-LogProbEntropy = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+LogProbEntropy = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 
 
 class Collective:
-    """The operations ranks share. `rank` 0 of `world_size` writes files and logs. As written
-    here, for one process: every operation is the identity."""
+    """The operations ranks share (rank 0 writes files); here, for one process, identities."""
 
     rank: int = 0
     world_size: int = 1
@@ -27,13 +26,11 @@ class Collective:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def sum(self, x: torch.Tensor) -> torch.Tensor:
+    def sum(self, x: Tensor) -> Tensor:
         """`x` summed over ranks, on the device."""
         return x
 
-    def reduce(
-        self, values: Mapping[str, torch.Tensor], kinds: Mapping[str, str]
-    ) -> dict[str, torch.Tensor]:
+    def reduce(self, values: Mapping[str, Tensor], kinds: Mapping[str, str]) -> dict[str, Tensor]:
         """Each 0-d tensor combined over ranks by its kind: sum, mean, min or max."""
         return dict(values)
 
@@ -41,7 +38,7 @@ class Collective:
         """The union of every rank's names, in one order on every rank."""
         return names
 
-    def finite(self, grad_norm: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+    def finite(self, grad_norm: Tensor, loss: Tensor) -> Tensor:
         """Whether to apply this step: a verdict every rank reaches alike (on the device)."""
         return torch.isfinite(grad_norm) & torch.isfinite(loss)
 
@@ -50,8 +47,7 @@ class Collective:
         return policy.log_prob_entropy  # type: ignore[return-value]
 
     def sampling_seed(self, seed: int, update: int) -> int | None:
-        """A seed for this rank's sampling at `update`, or None to continue the generator
-        (one process: its state is saved with every checkpoint)."""
+        """A seed for this rank's sampling at `update`, or None: the generator goes on."""
         return None
 
     def gather(self, obj: Any) -> list[Any]:
@@ -78,16 +74,14 @@ class TorchDistributed(Collective):
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self._host_group = host_group  # gloo group for host objects when the backend is nccl
 
-    def sum(self, x: torch.Tensor) -> torch.Tensor:
+    def sum(self, x: Tensor) -> Tensor:
         out = x.detach().clone()
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
         return out
 
-    def reduce(
-        self, values: Mapping[str, torch.Tensor], kinds: Mapping[str, str]
-    ) -> dict[str, torch.Tensor]:
+    def reduce(self, values: Mapping[str, Tensor], kinds: Mapping[str, str]) -> dict[str, Tensor]:
         """One all-reduce per kind over the stacked values (float64: step counts stay exact)."""
-        out: dict[str, torch.Tensor] = {}
+        out: dict[str, Tensor] = {}
         for kind, op in _OPS.items():
             names = [n for n in values if kinds[n] == kind]
             if not names:
@@ -107,7 +101,7 @@ class TorchDistributed(Collective):
             union.update(dict.fromkeys(rank_names or []))
         return list(union)
 
-    def finite(self, grad_norm: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+    def finite(self, grad_norm: Tensor, loss: Tensor) -> Tensor:
         # Only the all-reduced gradient is shared; a rank's own loss is not.
         return torch.isfinite(grad_norm)
 
@@ -146,7 +140,5 @@ class _LogProbEntropy(nn.Module):
         super().__init__()
         self.policy = policy
 
-    def forward(
-        self, obs: torch.Tensor, actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
         return self.policy.log_prob_entropy(obs, actions)  # type: ignore[operator]
