@@ -43,8 +43,7 @@ class Samples(NamedTuple):
         return self.obs.shape[0]
 
     def rows(self, index: torch.Tensor) -> Samples:
-        """The samples at `index` (index_select, not x[index]: the same rows, faster on the
-        CPU; docs/performance.md, "Figures the code relies on")."""
+        """The samples at `index` (index_select: faster than x[index] on the CPU)."""
         return Samples(*(t.index_select(0, index) for t in self))
 
 
@@ -63,8 +62,7 @@ def trust_regions(
 
 
 class LossTotals:
-    """Sums over an update's optimiser steps, on the device: each loss term, the gradient
-    norm, and the steps skipped for a non-finite loss or gradient."""
+    """Sums over an update's optimiser steps, on the device: loss terms, grad norm, skips."""
 
     def __init__(self, device: torch.device) -> None:
         self.terms = torch.zeros(len(LossTerms._fields), device=device)

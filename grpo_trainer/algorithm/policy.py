@@ -310,8 +310,7 @@ class Policy(nn.Module):
 def build_policy(
     config: GRPOConfig, observation_space: gym.Space, action_space: gym.Space
 ) -> Policy:
-    """The network a config describes, for these spaces: the one definition the trainer and
-    a checkpoint's reader (evaluation, play) share."""
+    """The network a config describes: the one definition the trainer and readers share."""
     return Policy(
         observation_space,
         action_space,
@@ -358,8 +357,7 @@ class AutocastPolicy:
         weights: Tensor,
         normaliser: Tensor,
     ) -> LossTerms:
-        """One minibatch's loss terms; `log_prob_entropy` is the policy's forward (through
-        DDP in a distributed run, so that gradients are averaged over ranks)."""
+        """One minibatch's loss terms; `log_prob_entropy` is the forward (DDP's, if any)."""
         cfg = self.config
         with autocast(self.amp, self.device):
             logp, entropy = log_prob_entropy(obs, actions)

@@ -37,8 +37,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def make_generator(device: torch.device, seed: int) -> torch.Generator:
-    """A seeded random generator for `device` (the meta device has none of its own; a CPU one
-    serves, since a draw on meta makes no data)."""
+    """A seeded generator for `device` (a CPU one for meta, where a draw makes no data)."""
     generator = torch.Generator(device="cpu" if device.type == "meta" else device)
     generator.manual_seed(seed)
     return generator

@@ -220,8 +220,7 @@ def numbered_checkpoints(folder: Path) -> list[Path]:
 
 
 def load(path: Path | str) -> dict[str, Any]:
-    """Load one checkpoint safely and verify its digest, or raise `CheckpointError` saying why
-    (another format version included)."""
+    """Load one checkpoint safely and verify it, or raise `CheckpointError` saying why."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")

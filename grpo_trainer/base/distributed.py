@@ -100,6 +100,5 @@ def rank_device(device: torch.device) -> torch.device:
 
 
 def collective() -> Collective:
-    """The collective of this process: torch.distributed inside a process group of more than
-    one rank, else the single-process no-op."""
+    """This process's collective: torch.distributed in a group of several ranks, else none."""
     return TorchDistributed(_host_group) if is_distributed() else SingleProcess()

@@ -54,8 +54,7 @@ def _next(seed: np.ndarray) -> np.ndarray:
 
 
 class ArrayStateVectorEnv(gym.vector.VectorWrapper):
-    """A numpy vector env whose state is `layout`'s arrays, with seeded masked resets and
-    sub-env state snapshots."""
+    """A numpy vector env with state in `layout`'s arrays: seeded masked resets, snapshots."""
 
     def __init__(
         self, env: gym.vector.VectorEnv, layout: ArrayLayout, *, autoreset: bool = True
@@ -113,8 +112,7 @@ class ArrayStateVectorEnv(gym.vector.VectorWrapper):
     # -- sub-env state snapshots (docs/env.md) ---------------------------------------------
 
     def snapshot_state(self, index: Any) -> tuple[np.ndarray, ...]:
-        """Copies of the layout's arrays at sub-envs `index`, then their observations and
-        seed chains."""
+        """Sub-envs `index` in the layout's arrays, then their observations and seed chains."""
         if self._obs is None:
             raise RuntimeError("call reset() before snapshot_state()")
         rows = host_index(index, self.num_envs)

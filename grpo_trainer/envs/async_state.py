@@ -140,8 +140,7 @@ class PickledStateVectorEnv(LazySnapshots):
 
 
 def picklable_or_none(envs: gym.vector.VectorEnv) -> PickledStateVectorEnv | None:
-    """`envs` with pickled-state snapshots if its sub-envs survive a round trip, else None
-    (and a warning naming the env, once)."""
+    """`envs` with pickled-state snapshots if a round trip works, else None (and a warning)."""
     workers = envs.unwrapped
     name, problem = _round_trip_problem(workers)
     if problem is None:

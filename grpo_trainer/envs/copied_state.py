@@ -136,8 +136,7 @@ class CopiedStateVectorEnv(LazySnapshots):
 
 
 def copyable_or_none(envs: gym.vector.VectorEnv) -> CopiedStateVectorEnv | None:
-    """`envs` with copied-state snapshots if its sub-envs survive a round trip, else None
-    (and a warning naming the env, once)."""
+    """`envs` with copied-state snapshots if a round trip works, else None (and a warning)."""
     sync = envs.unwrapped
     name = _env_name(sync)
     problem = _round_trip_problem(sync.envs[0], sync.single_action_space)

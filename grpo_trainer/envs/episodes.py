@@ -141,8 +141,7 @@ class EpisodeRunner:
         self.lengths.masked_fill_(mask, 0.0)
 
     def branch_from(self, source: torch.Tensor, fresh: torch.Tensor) -> None:
-        """Sub-env `b` now plays what sub-env `source[b]` played (a branch), or, where
-        `fresh`, a new episode from its start."""
+        """Sub-env `b` now plays `source[b]`'s episode (a branch), or a new one where `fresh`."""
         self.alive = self.alive.index_select(0, source) | fresh
         self.from_start = (self.from_start & (source == self.env.indices)) | fresh
         self.returns = self.returns.index_select(0, source).masked_fill_(fresh, 0.0)

@@ -145,10 +145,8 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
     def _compiled_reset(
         self, state: Any, keys: jax.Array, obs: Any, mask: jax.Array, seeds: jax.Array
     ) -> Any:
-        """Sub-envs in `mask` start a new episode; a given seed restarts the key chain.
-        `seeds` is `(N, 3)` uint32: given or not, then the seed's low and high 32 bits. The
-        first reset goes through here too (every sub-env, every seed given, a zero state in
-        place of the old one), so that a run compiles one reset, not two."""
+        """Sub-envs in `mask` start a new episode; a given seed (`seeds`: `JaxInputs.seeds`)
+        restarts the key chain. The first reset comes here too, so a run compiles one reset."""
         given, low, high = seeds[:, 0] > 0, seeds[:, 1], seeds[:, 2]
         seeded = jax.vmap(jax.random.fold_in)(jax.vmap(jax.random.PRNGKey)(low), high)
         keys = jnp.where(given[:, None], seeded, keys)
@@ -164,10 +162,9 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Reset every sub-env, or those in `options["reset_mask"]` (an `(N,)` bool tensor or
-        array). `seed`: an int (sub-env `i` gets `seed + i`, as Gymnasium's vector envs do), a
-        list with one seed (or None) per sub-env, or None (sub-envs continue their own key
-        chains; a first unseeded reset draws a random seed)."""
+        """Reset every sub-env, or those in `options["reset_mask"]`. `seed`: an int (sub-env `i`
+        gets `seed + i`, as in Gymnasium), one seed or None per sub-env, or None (sub-envs
+        continue their key chains; a first unseeded reset draws a random seed)."""
         super().reset(seed=None)
         mask = (options or {}).get("reset_mask")
         if mask is not None and self._state is None:
@@ -240,8 +237,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
 
 
 class JaxInputs:
-    """What callers hand a `GymnaxVectorEnv`, checked and turned into JAX arrays on its
-    device: seeds, reset masks, sub-env indices and actions."""
+    """Seeds, reset masks, indices and actions for a `GymnaxVectorEnv`, checked, in JAX."""
 
     def __init__(self, num_envs: int, device: torch.device, action_space: gym.Space) -> None:
         self.num_envs, self.device, self.action_space = num_envs, device, action_space

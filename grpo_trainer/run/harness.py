@@ -72,8 +72,7 @@ class Harness:
         self.signal_received: str | None = None  # SIGINT/SIGTERM here, until ranks agree
 
     def run(self) -> RunOutcome:
-        """Train until `total_env_steps`. If training raises, every callback's
-        `on_train_error` runs before the error goes on."""
+        """Train until `total_env_steps`; on an error, callbacks' `on_train_error` run first."""
         try:
             self._run()
         except BaseException as error:

@@ -19,14 +19,12 @@ REACHED = ("target_reached_s", "target_reached_env_steps")  # set by the first e
 
 
 class ConsoleProgress(Callback):
-    """A progress bar over env steps with the live line while the run trains, then the
-    summary and whether the target was reached."""
+    """A progress bar with the live line while training, then the summary and the target."""
 
     def __init__(
         self, total_steps: int, enabled: bool, ratios: Mapping[str, Any], report: bool = True
     ) -> None:
-        """`enabled`: the live bar; `report`: the summary at the end (rank 0, even without
-        the bar)."""
+        """`enabled`: the live bar; `report`: the summary at the end (even without the bar)."""
         self.enabled, self.report, self.ratios = enabled, report, dict(ratios)
         self.latest: dict[str, float] = {}  # each metric's latest value: the live line
         self.console = Console(stderr=True)

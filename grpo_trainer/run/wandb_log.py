@@ -126,8 +126,7 @@ class WandbCallback(Callback):
                 self._tmp = None
 
     def _record_gif(self, state: RunState) -> Path | None:
-        """One greedy episode as a GIF in the run directory (or the temporary folder), or
-        None with a warning when the env cannot render or Pillow is missing."""
+        """One greedy episode as a GIF, or None with a warning (no rendering, no Pillow)."""
         from grpo_trainer.envs import make_envs
         from grpo_trainer.run.evaluation import play_episode, write_animation
 

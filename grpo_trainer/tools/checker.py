@@ -318,9 +318,8 @@ def _obs_problems(play: EnvPlayer, obs: Any, where: str) -> list[str]:
 
 
 def _output_problems(n: int, where: str, **outputs: Any) -> list[str]:
-    """Rewards are floats (float32 as torch tensors: an int64 or float64 reward is a rule
-    that forgot its dtype; numpy float64 is what Gymnasium's `SyncVectorEnv` gives),
-    `terminated` and `truncated` bools, each of shape `(n,)`."""
+    """Rewards are floats (torch: float32, else a rule forgot its dtype; numpy float64 is
+    `SyncVectorEnv`'s), `terminated` and `truncated` bools, each of shape `(n,)`."""
     problems = []
     for name, value in outputs.items():
         array, flag = _np(value), name != "reward"
@@ -437,8 +436,7 @@ def check_same_step(play: EnvPlayer, out: tuple[Any, ...], ended: np.ndarray, wh
 
 
 def check_reset_mask(play: EnvPlayer, out: tuple[Any, ...], ended: np.ndarray, where: str) -> str:
-    """DISABLED: `reset(options={"reset_mask": m})` restarts the masked sub-envs and leaves
-    every other as it was."""
+    """DISABLED: `reset(options={"reset_mask": m})` restarts only the masked sub-envs."""
     before = _np(out[0])
     after = _np(play.reset(options={"reset_mask": play.mask(ended)})[0])
     j = _first_row_that_differs(before, after, ~ended)
@@ -575,9 +573,8 @@ class _SnapshotPlan(NamedTuple):
 
 
 def check_state_snapshots(play: EnvPlayer) -> str:
-    """The sub-env state protocol of docs/env.md, where offered: a trainer copies games
-    between sub-envs with it and trusts a copy to play on exactly as its source would (the
-    swap, rewind and comparisons: docs/integrations.md)."""
+    """The sub-env state protocol of docs/env.md, where offered: a copied game plays on exactly
+    as its source would (the swap, rewind and comparisons: docs/integrations.md)."""
     names = ("snapshot_state", "restore_state")
     missing = [name for name in names if not callable(getattr(play.env, name, None))]
     if missing:
@@ -623,9 +620,8 @@ def _snapshot_plan(play: EnvPlayer) -> _SnapshotPlan:
 
 
 def _snapshot_runs(play: EnvPlayer, plan: _SnapshotPlan) -> list[list[Outputs]]:
-    """The source's steps, the swapped and rewound runs, and both without their restore
-    (`unswapped`, `unrewound`), after checking that every run replays the same game up to
-    `plan.start`."""
+    """The source's steps, the swapped and rewound runs, and both without their restore, once
+    every run is seen to replay the same game up to `plan.start`."""
     env, i, j = play.env, plan.i, plan.j
     own: list[Any] = []  # sub-env i's own snapshot, for the rewind
 
