@@ -136,8 +136,7 @@ def _write(payload: dict[str, Any], path: Path) -> None:
 
 
 def _os_error(err: BaseException) -> BaseException:
-    """The `OSError` behind `err`: `torch.save` reports a failed write (a full disk) as a
-    `RuntimeError` from its zip writer, with the file's `OSError` as its context."""
+    """The `OSError` behind `err` (`torch.save` wraps a failed write in a `RuntimeError`)."""
     cause: BaseException | None = err
     while cause is not None and not isinstance(cause, OSError):
         cause = cause.__cause__ or cause.__context__

@@ -221,8 +221,8 @@ def to_host(metrics: Mapping[str, torch.Tensor | float | int]) -> dict[str, floa
 
 
 class Clock:
-    """A mark in time; on CUDA an event, read after the update's host copy, so that timing
-    adds no sync of its own. Subtract two marks for the seconds between them."""
+    """A mark in time (on CUDA an event, read after the update's host copy: no sync of its own);
+    subtract two marks for the seconds between them."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
@@ -255,8 +255,7 @@ def memory_stats(device: torch.device) -> dict[str, float]:
 
 def _current_rss() -> float:
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return float("nan")
 

@@ -31,8 +31,7 @@ __all__ = ["PickledStateVectorEnv", "picklable_or_none"]
 
 
 class WorkerState:
-    """One sub-env in a snapshot: its env state (None until pulled), the sub-env it was
-    taken from, its pending NEXT_STEP autoreset and its latest observation."""
+    """One sub-env in a snapshot: env state (None until pulled), source, pending, obs."""
 
     __slots__ = ("obs", "pending", "source", "state")
 
@@ -60,9 +59,8 @@ class PickledStateVectorEnv(LazySnapshots):
     def step(self, actions: Any) -> tuple[Any, ...]:
         obs, reward, terminated, truncated, info = super().step(actions)
         if self._next_step:  # the worker resets at its next step (it keeps this flag itself)
-            self._pending = host_mask(terminated, self.num_envs) | host_mask(
-                truncated, self.num_envs
-            )
+            n = self.num_envs
+            self._pending = host_mask(terminated, n) | host_mask(truncated, n)
         return obs, reward, terminated, truncated, info
 
     # -- sub-env state snapshots (docs/env.md) ---------------------------------------------

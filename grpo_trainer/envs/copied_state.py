@@ -84,8 +84,7 @@ class LazySnapshots(gym.vector.VectorWrapper):
 
 
 class SubEnvCopy:
-    """One sub-env in a snapshot: the env (shared until it would change), its pending
-    NEXT_STEP autoreset and its latest observation."""
+    """One sub-env in a snapshot: the env (shared until it would change), pending, obs."""
 
     __slots__ = ("env", "obs", "pending", "shared")
 

@@ -214,8 +214,7 @@ class RestartMethod:
 
 
 class FromSnapshots(RestartMethod):
-    """Restarting sub-envs that are their own source reset (masked); every sub-env then takes
-    its source's state. On a device env, without a host sync."""
+    """Sources reset (masked), then every sub-env takes its source's state; no host sync."""
 
     name = "snapshot"
     can_branch = True

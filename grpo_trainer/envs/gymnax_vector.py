@@ -198,16 +198,14 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
     # -- sub-env state snapshots (docs/env.md) ---------------------------------------------
 
     def snapshot_state(self, index: Any) -> tuple[torch.Tensor, ...]:
-        """The state of sub-envs `index` (1-D integer tensor or array), one row per entry:
-        key, latest observation, then the leaves of gymnax's state, as torch tensors."""
+        """Sub-envs `index` as torch tensors: key, latest observation, gymnax's state leaves."""
         if self._state is None:
             raise RuntimeError("call reset() before snapshot_state()")
         rows = self._gather_fn((self._keys, self._obs, self._state), self._inputs.index(index))
         return tuple(torch.from_dlpack(leaf) for leaf in jax.tree.leaves(rows))
 
     def restore_state(self, index: Any, snapshot: Sequence[Any]) -> None:
-        """Put row `j` of `snapshot` into sub-env `index[j]`; it continues exactly as the
-        snapshot's source would have (its key chain travels with it)."""
+        """Put row `j` of `snapshot` into sub-env `index[j]` (its key chain travels with it)."""
         if self._state is None:
             raise RuntimeError("call reset() before restore_state()")
         index_j = self._inputs.index(index)

@@ -51,8 +51,7 @@ def resolve_target(
 
 @dataclasses.dataclass
 class Best:
-    """best.pt's score and the metric it is: the training return until the first evaluation
-    during training, the evaluation score from then on."""
+    """best.pt's score and its metric: the training return until the first evaluation."""
 
     score: float = -math.inf
     by: str = "return_mean"

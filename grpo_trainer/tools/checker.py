@@ -456,8 +456,7 @@ def check_reset_mask(play: EnvPlayer, out: tuple[Any, ...], ended: np.ndarray, w
 
 
 def check_info_masks(play: EnvPlayer) -> str:
-    """Every per-env info entry `k` (at reset, on steps, at an episode end) has its bool
-    `(num_envs,)` mask `_k`, at every level of nesting."""
+    """Every per-env info entry `k`, at any depth, has its bool `(num_envs,)` mask `_k`."""
     if not play.infos:  # spaces did not run: gather some infos
         play.reset(seed=play.seed)
         for t, a in enumerate(play.sample(play.seed + 3, play.steps)):
@@ -512,8 +511,7 @@ def _mask_problem(
 
 
 def check_determinism(play: EnvPlayer) -> str:
-    """`reset(seed=[one per sub-env])` and `reset(seed=int)`, each twice with the same
-    actions, replay the same trajectories."""
+    """`reset(seed=list)` and `reset(seed=int)`, twice with the same actions, replay alike."""
     warnings = []
     seeds = [play.seed + 101 * (i + 1) for i in range(play.n)]
     try:
@@ -638,8 +636,7 @@ def _snapshot_runs(play: EnvPlayer, plan: _SnapshotPlan) -> list[list[Outputs]]:
         _call(f"restore_state(torch.tensor([{i}]), ...)", env.restore_state, into, own[0])
 
     def run(phases: list[list[np.ndarray]], calls: Mapping[int, Callable[[], None]]) -> Any:
-        """`plan.pre` from `reset(seed)`, then each phase after `calls[phase]`: (the
-        trajectory up to `plan.start`, each phase's outputs)."""
+        """`plan.pre` from `reset(seed)`, then each phase after `calls[phase]`."""
         obs, _ = play.reset(seed=play.seed)
         before, out = [(_np(obs),), *play.play(plan.pre)], []
         for p, actions in enumerate(phases):
@@ -705,8 +702,8 @@ def _snapshot_comparisons(
 
 
 def check_host_syncs(play: EnvPlayer, strict: bool = False) -> str:
-    """A torch env's `step` reads no device data on the host (each read is a sync on a GPU:
-    it fails there, and warns on the CPU unless `strict`)."""
+    """A torch env's `step` reads no device data on the host (a GPU sync; on the CPU a warning
+    unless `strict`)."""
     play.reset(seed=play.seed)
     if play.kind != "torch":
         raise Verdict("skip", f"outputs are {play.kind}, not torch tensors")
