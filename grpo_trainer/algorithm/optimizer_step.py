@@ -106,8 +106,7 @@ class OptimizerStep:
         (self.scaler.scale(loss) if self.scaler else loss).backward()
 
     def apply(self, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Clip and apply the gradients, unless `loss` or a gradient is not finite. Returns the
-        gradient norm (0 where not finite) and the verdict, both on the device."""
+        """Clip and apply the gradients unless not finite: (grad norm, verdict), on the device."""
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         params = [p for p in self.policy.parameters() if p.grad is not None]
@@ -126,8 +125,7 @@ class OptimizerStep:
 
     @torch.no_grad()
     def _step_where(self, finite: torch.Tensor) -> None:
-        """A foreach step kept only where `finite`: parameters, Adam's moments and its step
-        count (which foreach AdamW keeps on the device where it can: accel.make_optimizer)."""
+        """A foreach step kept only where `finite`: parameters, Adam's moments and step count."""
         before = {id(t): t.clone() for t in self._tensors(finite.device)}
         self.optimizer.step()
         for t in self._tensors(finite.device):  # state this first step made falls back to zero

@@ -295,8 +295,7 @@ class Policy(nn.Module):
     def act(
         self, obs: Tensor, *, greedy: bool = True, generator: Generator | None = None
     ) -> Tensor:
-        """Env actions for a batch of observations (Stable-Baselines3's `predict`): the most
-        likely ones, or sampled with `generator`, already in the action space's form."""
+        """Env actions (Stable-Baselines3's `predict`): the most likely, or sampled."""
         params = self(obs)
         if greedy:
             return self.head.to_env(self.head.greedy(params))

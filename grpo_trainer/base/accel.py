@@ -68,8 +68,7 @@ class Compiled:
 
 
 def should_compile(requested: bool | None, device: torch.device, minibatch_size: int) -> bool:
-    """None means auto: on CUDA always; on the CPU from `CPU_COMPILE_MIN_SAMPLES` samples per
-    minibatch, below which the compile time outweighs what it saves in a run."""
+    """None means auto: on CUDA always; on the CPU from `CPU_COMPILE_MIN_SAMPLES` samples."""
     if requested is not None:
         return requested
     return device.type == "cuda" or minibatch_size >= CPU_COMPILE_MIN_SAMPLES
@@ -121,8 +120,5 @@ def make_optimizer(
         except (RuntimeError, ValueError) as err:
             log.info("fused AdamW unavailable (%s); using foreach", err)
     # capturable: the step count lives on the GPU, so that a skipped step can be undone there
-    capturable = params[0].device.type == "cuda"
-    foreach = torch.optim.AdamW(
-        params, lr=lr, weight_decay=0.0, foreach=True, capturable=capturable
-    )
-    return foreach, False
+    cuda = params[0].device.type == "cuda"
+    return torch.optim.AdamW(params, lr=lr, weight_decay=0.0, foreach=True, capturable=cuda), False

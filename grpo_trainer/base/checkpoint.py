@@ -92,14 +92,12 @@ def _to_cpu(value: Any) -> Any:
 
 
 def atomic_save(payload: dict[str, Any], path: Path) -> None:
-    """Add the digest, write to a temporary file beside `path`, fsync, rename over `path`: a
-    crash or an error (a full disk) leaves the old file or the new one, never a partial one."""
+    """Add the digest, write beside `path`, fsync, rename over it: never a partial file."""
     _write(_with_digest(payload), path)
 
 
 def atomic_write_text(text: str, path: Path) -> None:
-    """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader
-    sees the old file or the new one, never half of one (config.json, a sweep's tables)."""
+    """Write `text` beside `path`, then rename it over: a reader never sees half a file."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     tmp.replace(path)
@@ -260,9 +258,7 @@ def load_for_resume(path: Path | str) -> tuple[dict[str, Any], Path]:
     numbered = numbered_checkpoints(folder)
     candidates = [*numbered[:1], folder / "last.pt", *numbered[1:]]
     errors = []
-    for candidate in candidates:
-        if not candidate.is_file():
-            continue
+    for candidate in (c for c in candidates if c.is_file()):
         try:
             return load(candidate), candidate
         except CheckpointError as err:

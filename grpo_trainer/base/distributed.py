@@ -92,8 +92,7 @@ def barrier() -> None:
 
 
 def rank_device(device: torch.device) -> torch.device:
-    """This rank's device: cuda:LOCAL_RANK in a torchrun CUDA run, else `device` as given
-    (also in a process group made without torchrun, which sets no LOCAL_RANK)."""
+    """This rank's device: cuda:LOCAL_RANK in a torchrun CUDA run, else `device` as given."""
     if not is_distributed() or "LOCAL_RANK" not in os.environ:
         return device
     return local_device(device, _env_int("LOCAL_RANK", 0))

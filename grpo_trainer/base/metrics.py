@@ -277,8 +277,7 @@ class MetricsWriter:
         self._queue.put(row)
 
     def flush(self) -> None:
-        """Wait until every row given so far is on disk: a checkpoint written after this never
-        holds an update whose row a `kill -9` could still lose."""
+        """Wait until every row given so far is on disk (before a checkpoint that counts them)."""
         self._queue.join()
         if self.error is not None:
             raise RuntimeError(f"metrics writer failed: {self.error}") from self.error

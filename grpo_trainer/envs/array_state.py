@@ -153,8 +153,7 @@ class ArrayStateVectorEnv(gym.vector.VectorWrapper):
     # -- internals ---------------------------------------------------------------------------
 
     def _new_games(self, rows: np.ndarray) -> None:
-        """Sub-envs in the `(N,)` mask `rows` start the game of their next seed (sub-envs
-        with equal seeds, the same game); their chains move on."""
+        """Sub-envs in the mask `rows` start the game of their next seed; their chains move on."""
         chosen = np.flatnonzero(rows)
         for seed in dict.fromkeys(self.next_seed[chosen].tolist()):
             self._reset_rows(chosen[self.next_seed[chosen] == seed], int(seed))

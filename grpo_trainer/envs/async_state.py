@@ -148,8 +148,7 @@ def picklable_or_none(envs: gym.vector.VectorEnv) -> PickledStateVectorEnv | Non
 
 
 def _round_trip_problem(workers: AsyncVectorEnv) -> tuple[str, str | None]:
-    """The env's name, and why a pushed state does not continue exactly as the pulled one
-    (in a one-sub-env copy of `workers`), or None."""
+    """The env's name, and why a pushed state does not continue as the pulled one, or None."""
     spec = getattr(workers, "spec", None)
     name = getattr(spec, "id", None) or type(workers).__name__
     if workers.worker is not None:

@@ -235,8 +235,7 @@ class FromSnapshots(RestartMethod):
 
 
 class FromSeeds(RestartMethod):
-    """Restarting sub-envs reset with their group's seed (numpy envs: the host already waits
-    on every step, so reading the mask costs nothing more)."""
+    """Restarting sub-envs reset with their group's seed (numpy envs: the mask read is free)."""
 
     name = "seeded"
 

@@ -43,8 +43,7 @@ class EpisodeStats:
         lengths: torch.Tensor,
         info: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
     ) -> None:
-        """Count the episodes that `ended` (a `(B,)` bool mask) with their return and length,
-        and the `info["episode"]` fields their env reported (`name -> (values, mask)`)."""
+        """Count the episodes that `ended`, with their return, length and `info` fields."""
         weight = ended.to(torch.float32)
         self._core += torch.stack((returns, returns * returns, lengths)) * weight
         self._ended += weight

@@ -41,8 +41,7 @@ def host_mask(mask: Any, num_envs: int) -> np.ndarray:
 
 
 def per_env_seeds(seed: int | Sequence[int | None] | None, num_envs: int) -> list[int | None]:
-    """One seed (or None) per sub-env: an int `s` gives sub-env `i` the seed `s + i` (modulo
-    2**64), as Gymnasium's vector envs do; every seed is 64-bit."""
+    """One 64-bit seed (or None) per sub-env; an int `s` gives sub-env `i` `s + i` (Gymnasium)."""
     if seed is None:
         return [None] * num_envs
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):

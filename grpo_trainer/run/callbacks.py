@@ -114,5 +114,4 @@ class Callback:
         """After the final checkpoint, with each metric's latest value."""
 
     def on_train_error(self, state: RunState, error: BaseException) -> None:
-        """Training raised `error` (a second Ctrl-C included); it is raised again after the
-        callbacks ran. An error a callback raises here is logged, not raised."""
+        """Training raised `error` (raised again afterwards; one raised here is only logged)."""

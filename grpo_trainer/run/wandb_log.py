@@ -36,8 +36,7 @@ def import_wandb() -> Any:
 
 
 class WandbCallback(Callback):
-    """Logs a run to W&B. The project, entity, name and mode come from `config.run`
-    (`wandb_project`, ...) unless given here; `gif=False` skips the agent's GIF."""
+    """Logs a run to W&B; settings not given here come from `config.run` (`wandb_project`, ...)."""
 
     def __init__(
         self,

@@ -270,8 +270,7 @@ class EnvPlayer:
 
 
 def check_spaces(play: EnvPlayer) -> str:
-    """`reset` and `step` outputs fit the spaces (shape, dtype, bounds) and the vector API
-    (rewards, `terminated`, `truncated` of shape `(num_envs,)`), on one device."""
+    """`reset` and `step` outputs fit the spaces and the vector API, on one device."""
     env, problems = play.env, []
     if play.single_obs is None:
         problems.append("env has no single_observation_space")
@@ -532,8 +531,7 @@ def check_determinism(play: EnvPlayer) -> str:
 
 
 def check_num_envs_invariance(play: EnvPlayer, make_env: Callable[[int], Any] | None = None) -> str:
-    """With `metadata["num_envs_invariant"]`, sub-env i plays the same game, for the same
-    seed and actions, in a vector env of another size."""
+    """With `metadata["num_envs_invariant"]`, sub-env i plays alike in an env of another size."""
     if not play.env.metadata.get("num_envs_invariant", False):
         raise Verdict("skip", "metadata['num_envs_invariant'] is not True")
     if make_env is None:

@@ -91,8 +91,7 @@ def apply(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_against(params: list[Param], base: dict[str, Any]) -> None:
-    """Every bound and choice, set alone on `base`, makes a valid config: a space that would
-    fail trials (group_size low=1) fails at once, with the config's own message."""
+    """Every bound and choice, set alone on `base`, makes a valid config (else fail at once)."""
     for param in params:
         ends = param.choices if param.kind == "choices" else (param.low, param.high)
         for value in ends:

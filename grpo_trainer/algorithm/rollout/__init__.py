@@ -102,8 +102,7 @@ def make_rollout(
 def _restart_policy(
     config: GRPOConfig, env: EnvIO, seeds: GroupSeeds, generator: torch.Generator
 ) -> RestartPolicy:
-    """Groups restart together where the env can start a sub-env alike (snapshots or seeded
-    resets); else the env's own autoreset restarts each sub-env, and a warning says so."""
+    """Groups restart together where the env allows it; else each alone, with a warning."""
     name = type(env.envs).__name__
     method = env.restart_method
     if method.restarts_itself:

@@ -176,8 +176,7 @@ class RolloutCheckpoint(NamedTuple):
     def for_rank(
         cls, payload: dict[str, Any], config: GRPOConfig, collective: Collective, source: str
     ) -> RolloutCheckpoint:
-        """This rank's rollout state in a checkpoint's `payload`, where it was written with the
-        same rollout settings and number of ranks (else `state` is None)."""
+        """This rank's rollout state in `payload`, if written with these settings and ranks."""
         states, saved = payload.get("rollouts") or [], payload["config"]
         same = all(saved.get(k) == getattr(config, k) for k in ROLLOUT_FIELDS)
         ranks = collective.world_size
