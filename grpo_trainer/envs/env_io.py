@@ -66,8 +66,7 @@ class EnvIO:
         self.episode_goals = dict(contract.episode_goals)  # recorded when first reached
         self.free_kwargs = contract.free_kwargs
         self.restart_method = _restart_method(self)
-        # what the env takes as actions: numpy where its observations are numpy (decided by
-        # what the first reset returns), else the trainer's tensors as they are
+        # actions as the env takes them: numpy if its first reset returns numpy, else tensors
         self.env_actions: Callable[[torch.Tensor], Any] = _before_reset
         self.per_env_seeds: bool | None = None  # does reset accept a list of seeds?
         self.indices = torch.arange(self.num_envs, device=device)  # every sub-env, in order
