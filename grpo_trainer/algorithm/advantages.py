@@ -1,22 +1,16 @@
-"""Group-relative advantages: pure tensor functions (no module state, no host syncs), and
-the estimator that applies them to a rollout, chosen once per `advantage` setting
-(`make_estimator`).
+"""Group-relative advantages: pure tensor functions (no module state, no host syncs), and the
+estimator that applies them to a rollout (`make_estimator`).
 
-Shapes: `L` stored rows by `B = num_groups * group_size` sub-envs, sub-env `b` in group
-`b // group_size`. `valid[t, b]`: step t of b belongs to an episode that counts; `cut[t, b]`:
-b's episode (or its path, at a branch) ends after step t, so returns stop there. The first
-`T` rows are trained; the rest are their look-ahead.
+Shapes: `L` rows by `B = num_groups * group_size` sub-envs, `b` in group `b // group_size`;
+`valid[t, b]`: the step's episode counts; `cut[t, b]`: its episode or path ends after t. The
+first `T` rows are trained, the rest are their look-ahead.
 
-* Windowed return-to-go: `G[t, b] = Σ_{k<W} γ^k r[t+k, b] Π_{j<k} (1 − cut[t+j, b])`, the
-  discounted rewards from t until the episode ends or `W` steps, whichever comes first.
-* Per-step advantage: `A[t, b] = (G[t, b] − mean_{j∈g(b), valid[t, j]} G[t, j]) / scale`.
-  Members of a group start alike and stay in step, so at every row they are compared with
-  peers at the same step of the same game.
-* Outcome advantage (whole episodes): `A[t, b] = (R[b] − mean_{j∈g(b)} R[j]) / scale`, with
-  `R` the episode return, for every valid step of b.
-* Scale: the group's std (GRPO), the batch std (REINFORCE++) or none (Dr. GRPO).
-* A group step whose compared values spread by at most `zero_std_eps` carries no signal:
-  its samples get weight 0 (and are counted in `frac_zero_std`).
+* Windowed return: `G[t, b] = Σ_{k<W} γ^k r[t+k, b] Π_{j<k} (1 − cut[t+j, b])`.
+* Per-step: `A[t, b] = (G[t, b] − mean_{j∈g(b), valid[t, j]} G[t, j]) / scale`: members start
+  alike and stay in step, so each is compared with peers at the same step of the same game.
+* Outcome: `A[t, b] = (R[b] − mean_{j∈g(b)} R[j]) / scale`, `R` the episode return.
+* Scale: the group's std (GRPO), the batch std (REINFORCE++) or none (Dr. GRPO). A group
+  step whose values spread by at most `zero_std_eps` gets weight 0 (`frac_zero_std`).
 """
 
 from __future__ import annotations
@@ -25,6 +19,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+from torch import Tensor
 
 from grpo_trainer.algorithm.rollout import Rollout
 from grpo_trainer.base.config import GRPOConfig
@@ -33,21 +28,17 @@ EPS = 1e-8  # keeps a division by a zero std finite
 
 
 class Advantages(NamedTuple):
-    advantages: torch.Tensor  # (T, B) float32, zero where the weight is zero
-    weights: torch.Tensor  # (T, B) float32: 1 for valid samples of group steps with spread
-    zero_spread: torch.Tensor  # (T, G) bool: group steps with valid members but no spread
-    compared: torch.Tensor  # (T, G) bool: group steps with at least one valid member
+    advantages: Tensor  # (T, B) float32, zero where the weight is zero
+    weights: Tensor  # (T, B) float32: 1 for valid samples of group steps with spread
+    zero_spread: Tensor  # (T, G) bool: group steps with valid members but no spread
+    compared: Tensor  # (T, G) bool: group steps with at least one valid member
 
 
 def windowed_returns(
-    rewards: torch.Tensor, cut: torch.Tensor, *, rows: int, window: int, gamma: float
-) -> torch.Tensor:
-    """`G[t]` for the first `rows` rows (the rewards need `rows + window - 1` rows, or fewer
-    where `window` reaches past the end: returns then stop at the last row).
-
-    Identical reward sequences give bit-identical returns (the same sums in the same order),
-    so a group without spread is recognised exactly.
-    """
+    rewards: Tensor, cut: Tensor, *, rows: int, window: int, gamma: float
+) -> Tensor:
+    """`G[t]` for the first `rows` rows (of `rows + window - 1`, or fewer: returns then stop at
+    the last row). Equal reward sequences give bit-equal returns, so no spread is exact."""
     length = rewards.shape[0]
     if window >= length:  # every return reaches the last row: one backward pass
         keep = (~cut).to(rewards.dtype) * gamma
@@ -67,19 +58,17 @@ def windowed_returns(
     return returns
 
 
-def episode_returns(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def episode_returns(rewards: Tensor, valid: Tensor) -> Tensor:
     """Undiscounted return of each member's episode, `(B,)` (one episode per member)."""
     return (rewards * valid).sum(0)
 
 
-def _groups(x: torch.Tensor, group_size: int) -> torch.Tensor:
+def _groups(x: Tensor, group_size: int) -> Tensor:
     """`(..., B)` -> `(..., G, group_size)`."""
     return x.unflatten(-1, (-1, group_size))
 
 
-def _masked_mean_std(
-    x: torch.Tensor, mask: torch.Tensor, dim: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _masked_mean_std(x: Tensor, mask: Tensor, dim: int) -> tuple[Tensor, Tensor]:
     """Mean and population std of `x` over `dim`, counting only `mask`ed entries."""
     count = mask.sum(dim, keepdim=True).clamp_min(1)
     mean = (x * mask).sum(dim, keepdim=True) / count
@@ -88,21 +77,18 @@ def _masked_mean_std(
 
 
 def group_relative(
-    returns: torch.Tensor,
-    compare: torch.Tensor,
-    valid: torch.Tensor,
+    returns: Tensor,
+    compare: Tensor,
+    valid: Tensor,
     group_size: int,
     *,
     scale: str,
     zero_std_eps: float,
-    sum_over_ranks: Callable[[torch.Tensor], torch.Tensor] = lambda x: x,
+    sum_over_ranks: Callable[[Tensor], Tensor] = lambda x: x,
 ) -> Advantages:
-    """Advantages of `(T, B)` `returns`, each compared with its group's mean over the members
-    `compare` marks at the same row; samples count where `valid`.
-
-    `sum_over_ranks` sums the batch-std moments over data-parallel ranks (identity in one
-    process), so `scale="batch_std"` does not depend on how the batch is split.
-    """
+    """Advantages of `(T, B)` `returns` against their group's mean over the members `compare`
+    marks at the same row; samples count where `valid`. `sum_over_ranks` sums the batch-std
+    moments over ranks, so `scale="batch_std"` does not depend on how the batch is split."""
     compare_f = compare.to(returns.dtype)
     grouped = _groups(returns, group_size)  # (T, G, K)
     members = _groups(compare_f, group_size)
@@ -130,22 +116,20 @@ def group_relative(
 Estimator = Callable[[Rollout], Advantages]
 
 
-def make_estimator(
-    config: GRPOConfig, sum_over_ranks: Callable[[torch.Tensor], torch.Tensor]
-) -> Estimator:
+def make_estimator(config: GRPOConfig, sum_over_ranks: Callable[[Tensor], Tensor]) -> Estimator:
     """The rollout's advantages: `advantage="per_step"` compares each step's discounted
     return over the rollout's window with the members of its group still playing at the same
     row; `"outcome"` gives every step of a member's episode the episode's return, compared
     with every member's."""
 
-    def per_step(rollout: Rollout, trained: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def per_step(rollout: Rollout, trained: Tensor) -> tuple[Tensor, Tensor]:
         rows = trained.shape[0]
         returns = windowed_returns(
             rollout.rewards, rollout.cut, rows=rows, window=rollout.window, gamma=config.gamma
         )
         return returns, trained
 
-    def outcome(rollout: Rollout, trained: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def outcome(rollout: Rollout, trained: Tensor) -> tuple[Tensor, Tensor]:
         returns = episode_returns(rollout.rewards, rollout.valid).expand_as(trained)
         return returns, torch.ones_like(trained)
 

@@ -41,12 +41,9 @@ def grpo_loss(
     kl_coef: float,
     entropy_coef: float,
 ) -> LossTerms:
-    """Clipped surrogate with asymmetric clip, k3 KL and entropy bonus.
-
-    Sums are divided by `normaliser` (the trust region's weighted-sample count over its
-    number of minibatches), so every valid step of the rollout weighs the same whatever
-    minibatch it falls in: the loss is aggregated over steps, not averaged per episode.
-    """
+    """Clipped surrogate with asymmetric clip, k3 KL and entropy bonus. Sums are divided by
+    `normaliser` (the trust region's weighted samples per minibatch), so every valid step
+    weighs the same whatever minibatch it falls in (not averaged per episode)."""
     log_ratio = logp - old_logp
     ratio = torch.exp(log_ratio)
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)

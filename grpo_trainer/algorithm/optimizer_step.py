@@ -1,12 +1,9 @@
-"""What `learn()` optimises and how: an update's samples as named columns (`Samples`), its
-trust regions, one optimiser step per minibatch (`OptimizerStep`: backward, scaled under fp16
-AMP, clip, apply, and a skip where the loss or a gradient is not finite, decided on the
-device), and the sums over an update's steps (`LossTotals`).
+"""What an update optimises and how: its samples (`Samples`), trust regions, one optimiser
+step per minibatch (`OptimizerStep`) and the sums over its steps (`LossTotals`).
 
-A non-finite step must not reach the weights, and asking the host whether it is finite would
-stall a GPU once per minibatch. So the verdict stays a tensor: the fused optimizer takes it as
-its `found_inf` input (the mechanism GradScaler uses); foreach AdamW has no such input, so its
-step is taken and then undone where the verdict says so.
+A non-finite step must not reach the weights, and asking the host would stall a GPU, so the
+verdict stays a tensor: the fused optimizer takes it as `found_inf` (as GradScaler does); a
+foreach step is taken and then undone where the verdict says so.
 """
 
 from __future__ import annotations
@@ -46,8 +43,7 @@ class Samples(NamedTuple):
         return self.obs.shape[0]
 
     def rows(self, index: torch.Tensor) -> Samples:
-        """The samples at `index` (index_select, not x[index]: the same rows, faster on the
-        CPU; docs/performance.md, "Figures the code relies on")."""
+        """The samples at `index` (index_select: faster than x[index] on the CPU)."""
         return Samples(*(t.index_select(0, index) for t in self))
 
 
@@ -66,8 +62,7 @@ def trust_regions(
 
 
 class LossTotals:
-    """Sums over an update's optimiser steps, on the device: each loss term, the gradient
-    norm, and the steps skipped for a non-finite loss or gradient."""
+    """Sums over an update's optimiser steps, on the device: loss terms, grad norm, skips."""
 
     def __init__(self, device: torch.device) -> None:
         self.terms = torch.zeros(len(LossTerms._fields), device=device)
@@ -111,8 +106,7 @@ class OptimizerStep:
         (self.scaler.scale(loss) if self.scaler else loss).backward()
 
     def apply(self, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Clip and apply the gradients, unless `loss` or a gradient is not finite. Returns the
-        gradient norm (0 where not finite) and the verdict, both on the device."""
+        """Clip and apply the gradients unless not finite: (grad norm, verdict), on the device."""
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         params = [p for p in self.policy.parameters() if p.grad is not None]
@@ -131,8 +125,7 @@ class OptimizerStep:
 
     @torch.no_grad()
     def _step_where(self, finite: torch.Tensor) -> None:
-        """A foreach step kept only where `finite`: parameters, Adam's moments and its step
-        count (which foreach AdamW keeps on the device where it can: accel.make_optimizer)."""
+        """A foreach step kept only where `finite`: parameters, Adam's moments and step count."""
         before = {id(t): t.clone() for t in self._tensors(finite.device)}
         self.optimizer.step()
         for t in self._tensors(finite.device):  # state this first step made falls back to zero

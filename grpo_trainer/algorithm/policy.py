@@ -13,7 +13,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
+from torch import Generator, Tensor, nn
 
 from grpo_trainer.algorithm.objective import LossTerms, grpo_loss
 from grpo_trainer.base.accel import autocast
@@ -27,35 +27,27 @@ class ActionHead(nn.Module):
     action_shape: tuple[int, ...]
     action_dtype: torch.dtype  # dtype the rollout stores actions in
 
-    def noise(
-        self, batch: int, generator: torch.Generator | None, device: torch.device
-    ) -> torch.Tensor:
+    def noise(self, batch: int, generator: Generator | None, device: torch.device) -> Tensor:
         """The randomness of `batch` samples, drawn outside compiled code."""
         raise NotImplementedError
 
-    def sample(
-        self, params: torch.Tensor, noise: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, params: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
         """An action per row of `params`, from `noise`, and its log-prob."""
         raise NotImplementedError
 
-    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+    def greedy(self, params: Tensor) -> Tensor:
         """The most likely action per row (evaluation)."""
         raise NotImplementedError
 
-    def log_prob_entropy(
-        self, params: torch.Tensor, action: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         """The log-prob of stored actions, and the distribution's entropy, per row."""
         raise NotImplementedError
 
-    def to_env(self, action: torch.Tensor) -> torch.Tensor:
+    def to_env(self, action: Tensor) -> Tensor:
         """A stored action as the env takes it (e.g. clipped to its bounds)."""
         return action
 
-    def correlate(
-        self, previous: torch.Tensor, fresh: torch.Tensor, correlation: float
-    ) -> torch.Tensor:
+    def correlate(self, previous: Tensor, fresh: Tensor, correlation: float) -> Tensor:
         """A sub-env's noise for its next step, given the last one's: independent here (a
         categorical's noise is uniform, and no mix of uniforms stays uniform)."""
         return fresh
@@ -74,31 +66,25 @@ class CategoricalHead(ActionHead):
         self.param_dim, self.action_shape = n, ()
         self.action_dtype = _index_dtype(n)
 
-    def noise(
-        self, batch: int, generator: torch.Generator | None, device: torch.device
-    ) -> torch.Tensor:
+    def noise(self, batch: int, generator: Generator | None, device: torch.device) -> Tensor:
         return torch.rand((batch, self.n), generator=generator, device=device)
 
-    def sample(
-        self, params: torch.Tensor, noise: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, params: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
         logp_all = torch.log_softmax(params.float(), -1)
         gumbel = -torch.log(-torch.log(noise.clamp(1e-20, 1.0 - 1e-7)))
         action = torch.argmax(logp_all + gumbel, -1)
         return action, logp_all.gather(-1, action[..., None]).squeeze(-1)
 
-    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+    def greedy(self, params: Tensor) -> Tensor:
         return torch.argmax(params, -1)
 
-    def log_prob_entropy(
-        self, params: torch.Tensor, action: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         logp_all = torch.log_softmax(params.float(), -1)
         logp = logp_all.gather(-1, action.long()[..., None]).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         return logp, entropy
 
-    def to_env(self, action: torch.Tensor) -> torch.Tensor:
+    def to_env(self, action: Tensor) -> Tensor:
         action = action.long()
         return action + self.start if self.start else action  # one op fewer per rollout step
 
@@ -116,35 +102,29 @@ class MultiCategoricalHead(ActionHead):
         self.register_buffer("invalid", invalid, persistent=False)
         self.register_buffer("start", torch.as_tensor(start).reshape(-1).long(), persistent=False)
 
-    def _logp_all(self, params: torch.Tensor) -> torch.Tensor:
+    def _logp_all(self, params: Tensor) -> Tensor:
         logits = params.float().unflatten(-1, (self.dims, self.width))
         return torch.log_softmax(logits.masked_fill(self.invalid, -1e9), -1)
 
-    def noise(
-        self, batch: int, generator: torch.Generator | None, device: torch.device
-    ) -> torch.Tensor:
+    def noise(self, batch: int, generator: Generator | None, device: torch.device) -> Tensor:
         return torch.rand((batch, self.dims, self.width), generator=generator, device=device)
 
-    def sample(
-        self, params: torch.Tensor, noise: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, params: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
         logp_all = self._logp_all(params)
         gumbel = -torch.log(-torch.log(noise.clamp(1e-20, 1.0 - 1e-7)))
         action = torch.argmax(logp_all + gumbel, -1)
         return action, logp_all.gather(-1, action[..., None]).squeeze(-1).sum(-1)
 
-    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+    def greedy(self, params: Tensor) -> Tensor:
         return torch.argmax(self._logp_all(params), -1)
 
-    def log_prob_entropy(
-        self, params: torch.Tensor, action: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         logp_all = self._logp_all(params)
         logp = logp_all.gather(-1, action.long()[..., None]).squeeze(-1).sum(-1)
         entropy = -(logp_all.exp() * logp_all).sum((-1, -2))
         return logp, entropy
 
-    def to_env(self, action: torch.Tensor) -> torch.Tensor:
+    def to_env(self, action: Tensor) -> Tensor:
         return action.long() + self.start
 
 
@@ -160,79 +140,63 @@ class GaussianHead(ActionHead):
         size = int(np.prod(self.action_shape))
         self.param_dim, self.action_dtype = size, torch.float32
         self.log_std = nn.Parameter(torch.zeros(size))
-        self.register_buffer(
-            "low", torch.as_tensor(space.low, dtype=torch.float32), persistent=False
-        )
-        self.register_buffer(
-            "high", torch.as_tensor(space.high, dtype=torch.float32), persistent=False
-        )
+        for name, bound in (("low", space.low), ("high", space.high)):
+            tensor = torch.as_tensor(bound, dtype=torch.float32)
+            self.register_buffer(name, tensor, persistent=False)
 
-    def noise(
-        self, batch: int, generator: torch.Generator | None, device: torch.device
-    ) -> torch.Tensor:
+    def noise(self, batch: int, generator: Generator | None, device: torch.device) -> Tensor:
         return torch.randn((batch, self.param_dim), generator=generator, device=device)
 
-    def _logp(self, mean: torch.Tensor, flat_action: torch.Tensor) -> torch.Tensor:
+    def _logp(self, mean: Tensor, flat_action: Tensor) -> Tensor:
         z = (flat_action - mean) * torch.exp(-self.log_std)
         return (-0.5 * z**2 - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
-    def sample(
-        self, params: torch.Tensor, noise: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, params: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
         mean = params.float()
         flat = mean + torch.exp(self.log_std) * noise
         return flat.unflatten(-1, self.action_shape), self._logp(mean, flat)
 
-    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+    def greedy(self, params: Tensor) -> Tensor:
         return params.float().unflatten(-1, self.action_shape)
 
-    def log_prob_entropy(
-        self, params: torch.Tensor, action: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         logp = self._logp(params.float(), action.float().flatten(-len(self.action_shape)))
         entropy = (self.log_std + 0.5 * math.log(2 * math.pi * math.e)).sum().expand_as(logp)
         return logp, entropy
 
-    def to_env(self, action: torch.Tensor) -> torch.Tensor:
+    def to_env(self, action: Tensor) -> Tensor:
         return torch.maximum(torch.minimum(action, self.high), self.low)
 
-    def correlate(
-        self, previous: torch.Tensor, fresh: torch.Tensor, correlation: float
-    ) -> torch.Tensor:
+    def correlate(self, previous: Tensor, fresh: Tensor, correlation: float) -> Tensor:
         """An AR(1) step, `ρ·previous + √(1−ρ²)·fresh`: still a standard normal per step, but
         it keeps pushing one way for about 1 / (1 − ρ) steps (colored-noise exploration)."""
         return previous * correlation + fresh * math.sqrt(1.0 - correlation * correlation)
 
 
 class _SigmoidTanh(torch.autograd.Function):
-    """tanh(x) as 2 sigmoid(2x) - 1, with tanh's own backward, grad * (1 - y^2).
-
-    Why: on x86 CPUs ATen's float32 `tanh` kernel costs several times its `sigmoid`, so the
-    two hidden tanh layers would cost more than the matmuls around them (docs/performance.md,
-    "Figures the code relies on"). The identity is exact in real arithmetic; in float32 the
-    result stays within a few ulps of `torch.tanh`, inside [-1, 1] (tests/test_policy.py).
-    """
+    """tanh(x) as 2 sigmoid(2x) - 1, with tanh's own backward: on x86 CPUs ATen's float32
+    `tanh` costs several times its `sigmoid` (docs/performance.md, "Figures the code relies
+    on"). In float32 it stays within a few ulps of `torch.tanh`, inside [-1, 1]."""
 
     @staticmethod
-    def forward(x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(x: Tensor) -> Tensor:  # type: ignore[override]
         y = (x * 2.0).sigmoid_()  # a fresh tensor: the in-place ops touch nothing else
         return y.mul_(2.0).sub_(1.0)
 
     @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
         ctx.save_for_backward(output)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> Tensor:  # type: ignore[override]
         (y,) = ctx.saved_tensors
         return torch.ops.aten.tanh_backward(grad, y)
 
 
 class Tanh(nn.Module):
-    """Drop-in for `nn.Tanh` (no parameters, so checkpoints are unchanged), faster on the
-    CPU: see `_SigmoidTanh`."""
+    """Drop-in for `nn.Tanh` (checkpoints are unchanged), faster on the CPU: `_SigmoidTanh`."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         return _SigmoidTanh.apply(x)
 
 
@@ -266,7 +230,7 @@ def channels_last(shape: tuple[int, ...]) -> bool:
 class _ChannelsFirst(nn.Module):
     """(N, H, W, C) -> (N, C, H, W)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         return x.permute(0, 3, 1, 2)
 
 
@@ -295,8 +259,7 @@ class Policy(nn.Module):
                 channels = width
             conv = nn.Sequential(*convs, nn.Flatten())
             with torch.no_grad():
-                shape = observation_space.shape
-                in_dim = conv(torch.zeros(1, *shape)).shape[1]
+                in_dim = conv(torch.zeros(1, *observation_space.shape)).shape[1]
             layers: list[nn.Module] = [conv]
         elif isinstance(observation_space, gym.spaces.Box):
             self.scale = 1.0
@@ -318,39 +281,35 @@ class Policy(nn.Module):
         nn.init.zeros_(out.bias)
         self.body = nn.Sequential(*layers, out)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs: Tensor) -> Tensor:
         """Distribution parameters for a batch of observations (any stored dtype)."""
         x = obs.to(torch.float32)
         if self.scale != 1.0:
             x = x * self.scale
         return self.body(x)
 
-    def sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, obs: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
         return self.head.sample(self(obs), noise)
 
     @torch.no_grad()
     def act(
-        self, obs: torch.Tensor, *, greedy: bool = True, generator: torch.Generator | None = None
-    ) -> torch.Tensor:
-        """Env actions for a batch of observations (Stable-Baselines3's `predict`): the most
-        likely ones, or sampled with `generator`, already in the action space's form."""
+        self, obs: Tensor, *, greedy: bool = True, generator: Generator | None = None
+    ) -> Tensor:
+        """Env actions (Stable-Baselines3's `predict`): the most likely, or sampled."""
         params = self(obs)
         if greedy:
             return self.head.to_env(self.head.greedy(params))
         noise = self.head.noise(obs.shape[0], generator, params.device)
         return self.head.to_env(self.head.sample(params, noise)[0])
 
-    def log_prob_entropy(
-        self, obs: torch.Tensor, action: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_prob_entropy(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         return self.head.log_prob_entropy(self(obs), action)
 
 
 def build_policy(
     config: GRPOConfig, observation_space: gym.Space, action_space: gym.Space
 ) -> Policy:
-    """The network a config describes, for these spaces: the one definition the trainer and
-    a checkpoint's reader (evaluation, play) share."""
+    """The network a config describes: the one definition the trainer and readers share."""
     return Policy(
         observation_space,
         action_space,
@@ -361,10 +320,8 @@ def build_policy(
 
 
 class AutocastPolicy:
-    """`policy` (and the KL `reference`, if any) as the rollout and the update call it, under
-    the run's autocast: sampling actions in a rollout, scoring stored actions (the anchor of a
-    clipped ratio), and one minibatch's loss. The trainer compiles the first and the last
-    (`accel.Compiled`)."""
+    """`policy` (and the KL `reference`, if any) under the run's autocast, as the rollout and
+    the update call it: sampling, scoring stored actions, and one minibatch's loss."""
 
     def __init__(
         self,
@@ -377,13 +334,13 @@ class AutocastPolicy:
         self.policy, self.reference, self.config = policy, reference, config
         self.amp, self.device = amp, device
 
-    def sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, obs: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
         """One action per observation and its log-prob, from the given noise."""
         with autocast(self.amp, self.device):
             return self.policy.sample(obs, noise)
 
     @torch.no_grad()
-    def log_prob(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    def log_prob(self, obs: Tensor, actions: Tensor) -> Tensor:
         """The current policy's float32 log-probs of `actions`: the anchor of a clipped ratio."""
         with autocast(self.amp, self.device):
             logp, _ = self.policy.log_prob_entropy(obs, actions)
@@ -392,15 +349,14 @@ class AutocastPolicy:
     def loss(
         self,
         log_prob_entropy: Any,
-        obs: torch.Tensor,
-        actions: torch.Tensor,
-        old_logp: torch.Tensor,
-        advantages: torch.Tensor,
-        weights: torch.Tensor,
-        normaliser: torch.Tensor,
+        obs: Tensor,
+        actions: Tensor,
+        old_logp: Tensor,
+        advantages: Tensor,
+        weights: Tensor,
+        normaliser: Tensor,
     ) -> LossTerms:
-        """One minibatch's loss terms; `log_prob_entropy` is the policy's forward (through
-        DDP in a distributed run, so that gradients are averaged over ranks)."""
+        """One minibatch's loss terms; `log_prob_entropy` is the forward (DDP's, if any)."""
         cfg = self.config
         with autocast(self.amp, self.device):
             logp, entropy = log_prob_entropy(obs, actions)

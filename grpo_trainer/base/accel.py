@@ -1,7 +1,5 @@
-"""Speed features with capability checks: device choice, compile, AMP, fused optimizer.
-
-Each helper picks the fastest option the device supports and says (in the log) when it
-falls back, so a run never fails because an accelerator feature is missing.
+"""Speed features with capability checks: device choice, compile, AMP, fused optimizer. Each
+picks the fastest option the device supports and logs a fallback, so a run never fails over one.
 """
 
 from __future__ import annotations
@@ -19,14 +17,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def resolve_device(name: str) -> torch.device:
     """ "auto" -> cuda when available, else cpu; anything else must exist on this machine.
-
-    "meta" is accepted as a test device: tensors with shapes and no data, so a hot path run on
-    it fails on any tensor made on the CPU by mistake and on any host read of a value.
-
-    The reference is `fruit_env.kit.inputs.resolve_device` (which also takes mps and xpu, and no
-    "auto"); grpo_trainer never imports fruit_env, so this is a copy, and
-    tests/test_shared_concepts.py keeps the two in agreement on the names both take.
-    """
+    "meta" is a test device (shapes, no data): a hot path on it fails on a stray CPU tensor or
+    a host read. The reference is `fruit_env.kit.inputs.resolve_device` (not imported here);
+    tests/test_shared_concepts.py keeps the two in agreement."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -44,8 +37,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def make_generator(device: torch.device, seed: int) -> torch.Generator:
-    """A seeded random generator for `device` (the meta device has none of its own; a CPU one
-    serves, since a draw on meta makes no data)."""
+    """A seeded generator for `device` (a CPU one for meta, where a draw makes no data)."""
     generator = torch.Generator(device="cpu" if device.type == "meta" else device)
     generator.manual_seed(seed)
     return generator
@@ -76,8 +68,7 @@ class Compiled:
 
 
 def should_compile(requested: bool | None, device: torch.device, minibatch_size: int) -> bool:
-    """None means auto: on CUDA always; on the CPU from `CPU_COMPILE_MIN_SAMPLES` samples per
-    minibatch, below which the compile time outweighs what it saves in a run."""
+    """None means auto: on CUDA always; on the CPU from `CPU_COMPILE_MIN_SAMPLES` samples."""
     if requested is not None:
         return requested
     return device.type == "cuda" or minibatch_size >= CPU_COMPILE_MIN_SAMPLES
@@ -129,8 +120,5 @@ def make_optimizer(
         except (RuntimeError, ValueError) as err:
             log.info("fused AdamW unavailable (%s); using foreach", err)
     # capturable: the step count lives on the GPU, so that a skipped step can be undone there
-    capturable = params[0].device.type == "cuda"
-    foreach = torch.optim.AdamW(
-        params, lr=lr, weight_decay=0.0, foreach=True, capturable=capturable
-    )
-    return foreach, False
+    cuda = params[0].device.type == "cuda"
+    return torch.optim.AdamW(params, lr=lr, weight_decay=0.0, foreach=True, capturable=cuda), False

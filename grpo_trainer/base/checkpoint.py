@@ -1,13 +1,13 @@
 """Checkpoints: atomic writes, a SHA-256 of the contents, the last K kept, safe loading.
 
-A checkpoint is a plain dict of tensors, numbers, strings and lists, so it loads with
-`torch.load(weights_only=True)`: loading never runs code from the file. `torch.load` does not
-notice a bit flipped inside tensor data, so every checkpoint carries a SHA-256 of its own
-contents, inside the file (docs/reliability.md, "Integrity").
+A checkpoint is a plain dict of tensors and plain data, loaded with `weights_only=True` (no
+code runs), and carries a SHA-256 of its own contents, since `torch.load` does not notice a
+flipped bit in tensor data (docs/reliability.md, "Integrity").
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import logging
@@ -40,11 +40,8 @@ class CheckpointError(RuntimeError):
 
 
 def payload_digest(payload: Mapping[str, Any]) -> str:
-    """SHA-256 (hex) of everything in `payload` except its own `"sha256"` entry.
-
-    Hashes values, not pickle bytes, so it is the same before saving (tensors possibly on
-    CUDA) and after loading (tensors on the CPU).
-    """
+    """SHA-256 (hex) of everything in `payload` but its `"sha256"` entry: of values, not
+    pickle bytes, so it is the same before saving (tensors on CUDA) and after loading."""
     h = hashlib.sha256()
     _feed(h, {k: v for k, v in payload.items() if k != DIGEST_KEY})
     return h.hexdigest()
@@ -86,10 +83,8 @@ def _to_cpu(value: Any) -> Any:
         return value.detach().cpu()
     if isinstance(value, dict):
         return {k: _to_cpu(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_to_cpu(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_to_cpu(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v) for v in value)
     return value
 
 
@@ -97,17 +92,12 @@ def _to_cpu(value: Any) -> Any:
 
 
 def atomic_save(payload: dict[str, Any], path: Path) -> None:
-    """Add the digest, write to a temporary file in the same folder, fsync, rename over `path`.
-
-    A crash at any moment leaves either the old file or the new one, never a partial one; an
-    error (a full disk, say) removes the temporary file and leaves the old `path` as it was.
-    """
+    """Add the digest, write beside `path`, fsync, rename over it: never a partial file."""
     _write(_with_digest(payload), path)
 
 
 def atomic_write_text(text: str, path: Path) -> None:
-    """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader
-    sees the old file or the new one, never half of one (config.json, a sweep's tables)."""
+    """Write `text` beside `path`, then rename it over: a reader never sees half a file."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     tmp.replace(path)
@@ -144,8 +134,7 @@ def _write(payload: dict[str, Any], path: Path) -> None:
 
 
 def _os_error(err: BaseException) -> BaseException:
-    """The `OSError` behind `err`: `torch.save` reports a failed write (a full disk) as a
-    `RuntimeError` from its zip writer, with the file's `OSError` as its context."""
+    """The `OSError` behind `err` (`torch.save` wraps a failed write in a `RuntimeError`)."""
     cause: BaseException | None = err
     while cause is not None and not isinstance(cause, OSError):
         cause = cause.__cause__ or cause.__context__
@@ -154,24 +143,17 @@ def _os_error(err: BaseException) -> BaseException:
 
 def _fsync_dir(folder: Path) -> None:
     """Make the rename itself durable (POSIX); silently skipped where directories can't sync."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def save_rotating(payload: dict[str, Any], folder: Path, update: int, keep: int) -> Path:
-    """Save `update-NNNNNNN.pt`, then `last.pt`; keep the newest `keep` numbered files.
-
-    Numbered files *newer* than `update` belong to a history this run abandoned (it resumed
-    from an older checkpoint); they are removed so that "newest" always means "latest".
-    """
+    """Save `update-NNNNNNN.pt`, then `last.pt`; keep the newest `keep` numbered files. Files
+    newer than `update` are of a history a resume abandoned: removed, so newest means latest."""
     remove_stale_temp_files(folder)
     path = folder / f"update-{update:07d}.pt"
     payload = _with_digest(payload)  # one device copy and one hash for both files
@@ -235,8 +217,7 @@ def numbered_checkpoints(folder: Path) -> list[Path]:
 
 
 def load(path: Path | str) -> dict[str, Any]:
-    """Load one checkpoint safely and verify its digest, or raise `CheckpointError` saying why
-    (another format version included)."""
+    """Load one checkpoint safely and verify it, or raise `CheckpointError` saying why."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
@@ -265,12 +246,9 @@ def load(path: Path | str) -> dict[str, Any]:
 
 
 def load_for_resume(path: Path | str) -> tuple[dict[str, Any], Path]:
-    """A file loads as it is; a run directory falls back from the newest file to older ones.
-
-    Order: the newest numbered file, `last.pt` (its twin, written just after it), then older
-    numbered files. Unusable candidates are skipped with a warning; if none loads,
-    `CheckpointError` lists why each failed.
-    """
+    """A file loads as it is; a run directory tries its newest numbered file, `last.pt` (its
+    twin), then older ones, skipping unusable ones with a warning (if none loads, the error
+    lists why each failed)."""
     path = Path(path)
     if path.is_file():
         return load(path), path
@@ -280,9 +258,7 @@ def load_for_resume(path: Path | str) -> tuple[dict[str, Any], Path]:
     numbered = numbered_checkpoints(folder)
     candidates = [*numbered[:1], folder / "last.pt", *numbered[1:]]
     errors = []
-    for candidate in candidates:
-        if not candidate.is_file():
-            continue
+    for candidate in (c for c in candidates if c.is_file()):
         try:
             return load(candidate), candidate
         except CheckpointError as err:
@@ -325,9 +301,8 @@ def check_same_env(
     payload: Mapping[str, Any], where: Path, run: Mapping[str, Any], free: Collection[str]
 ) -> None:
     """Refuse to continue a checkpoint's episodes in another env: another env id, or another
-    value of an env kwarg that may shape the state (every kwarg but those in `free`, which
-    only change how the env runs: its device, its fast options). The episodes it holds would
-    otherwise be restored into an env whose rules they do not fit."""
+    value of an env kwarg that may shape the state (all but those in `free`: device, fast
+    options), since its episodes would be restored into rules they do not fit."""
     saved = (payload.get("config") or {}).get("run") or {}
     problems = []
     if saved.get("env", run["env"]) != run["env"]:

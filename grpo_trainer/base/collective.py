@@ -1,9 +1,6 @@
-"""What data-parallel ranks share, behind one interface with two implementations.
-
-`SingleProcess` does nothing (one process is the whole batch); `TorchDistributed` all-reduces
-over the process group `torchrun` started. The trainer calls the same methods either way, so
-no other module branches on the world size. What a distributed update exchanges besides
-DDP's gradients: docs/distributed.md.
+"""What data-parallel ranks share, behind one interface: `SingleProcess` (the identity) or
+`TorchDistributed` (all-reduces over torchrun's process group), so that no other module
+branches on the world size (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -14,14 +11,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch import Tensor, nn
 
-LogProbEntropy = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+LogProbEntropy = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 
 
 class Collective:
-    """The operations ranks share. `rank` 0 of `world_size` writes files and logs. As written
-    here, for one process: every operation is the identity."""
+    """The operations ranks share (rank 0 writes files); here, for one process, identities."""
 
     rank: int = 0
     world_size: int = 1
@@ -30,13 +26,11 @@ class Collective:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def sum(self, x: torch.Tensor) -> torch.Tensor:
+    def sum(self, x: Tensor) -> Tensor:
         """`x` summed over ranks, on the device."""
         return x
 
-    def reduce(
-        self, values: Mapping[str, torch.Tensor], kinds: Mapping[str, str]
-    ) -> dict[str, torch.Tensor]:
+    def reduce(self, values: Mapping[str, Tensor], kinds: Mapping[str, str]) -> dict[str, Tensor]:
         """Each 0-d tensor combined over ranks by its kind: sum, mean, min or max."""
         return dict(values)
 
@@ -44,7 +38,7 @@ class Collective:
         """The union of every rank's names, in one order on every rank."""
         return names
 
-    def finite(self, grad_norm: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+    def finite(self, grad_norm: Tensor, loss: Tensor) -> Tensor:
         """Whether to apply this step: a verdict every rank reaches alike (on the device)."""
         return torch.isfinite(grad_norm) & torch.isfinite(loss)
 
@@ -53,8 +47,7 @@ class Collective:
         return policy.log_prob_entropy  # type: ignore[return-value]
 
     def sampling_seed(self, seed: int, update: int) -> int | None:
-        """A seed for this rank's sampling at `update`, or None to continue the generator
-        (one process: its state is saved with every checkpoint)."""
+        """A seed for this rank's sampling at `update`, or None: the generator goes on."""
         return None
 
     def gather(self, obj: Any) -> list[Any]:
@@ -81,16 +74,14 @@ class TorchDistributed(Collective):
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self._host_group = host_group  # gloo group for host objects when the backend is nccl
 
-    def sum(self, x: torch.Tensor) -> torch.Tensor:
+    def sum(self, x: Tensor) -> Tensor:
         out = x.detach().clone()
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
         return out
 
-    def reduce(
-        self, values: Mapping[str, torch.Tensor], kinds: Mapping[str, str]
-    ) -> dict[str, torch.Tensor]:
+    def reduce(self, values: Mapping[str, Tensor], kinds: Mapping[str, str]) -> dict[str, Tensor]:
         """One all-reduce per kind over the stacked values (float64: step counts stay exact)."""
-        out: dict[str, torch.Tensor] = {}
+        out: dict[str, Tensor] = {}
         for kind, op in _OPS.items():
             names = [n for n in values if kinds[n] == kind]
             if not names:
@@ -110,16 +101,13 @@ class TorchDistributed(Collective):
             union.update(dict.fromkeys(rank_names or []))
         return list(union)
 
-    def finite(self, grad_norm: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+    def finite(self, grad_norm: Tensor, loss: Tensor) -> Tensor:
         # Only the all-reduced gradient is shared; a rank's own loss is not.
         return torch.isfinite(grad_norm)
 
     def data_parallel(self, policy: nn.Module) -> LogProbEntropy:
-        """`policy.log_prob_entropy` wrapped in DDP; the rollout keeps using the plain module.
-
-        Construction broadcasts rank 0's parameters and buffers, so replicas start identical.
-        Buffers are constants derived from the spaces, so they are not re-synced every forward.
-        """
+        """`policy.log_prob_entropy` wrapped in DDP (which broadcasts rank 0's parameters); the
+        buffers are constants of the spaces, so they are not re-synced every forward."""
         device = next(policy.parameters()).device
         return nn.parallel.DistributedDataParallel(
             _LogProbEntropy(policy),
@@ -145,17 +133,12 @@ def rank_seed(seed: int, update: int, rank: int) -> int:
 
 
 class _LogProbEntropy(nn.Module):
-    """The update's forward as a module, so that DDP sees every parameter used in it.
-
-    DDP averages gradients only for work done through its own `forward`; the loss needs the
-    head's log-prob and entropy too (the Gaussian head owns a parameter), not just logits.
-    """
+    """The update's forward as a module: DDP averages gradients only for work done in its
+    `forward`, and the head's log-prob and entropy use a parameter too (the Gaussian log-std)."""
 
     def __init__(self, policy: nn.Module) -> None:
         super().__init__()
         self.policy = policy
 
-    def forward(
-        self, obs: torch.Tensor, actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
         return self.policy.log_prob_entropy(obs, actions)  # type: ignore[operator]

@@ -1,8 +1,5 @@
-"""Joining the process group `torchrun` describes, and this process's `Collective`.
-
-Every rank owns its own vector env on its own device and plays its own groups; what ranks
-exchange is in `collective.py`. A process not started by torchrun, or its only process,
-creates no process group and takes the single-process path, with no overhead.
+"""Joining the process group `torchrun` describes, and this process's `Collective`. Each rank
+plays its own env and groups; a single process creates no group and pays nothing.
 """
 
 from __future__ import annotations
@@ -47,11 +44,8 @@ def local_device(device: torch.device, local_rank: int) -> torch.device:
 
 
 def init_from_env(device: torch.device) -> torch.device:
-    """Join the process group torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*).
-
-    Returns this rank's device. Without torchrun, or with one process, nothing happens: a
-    one-process group would only add collectives that change nothing.
-    """
+    """Join the process group torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*) and
+    return this rank's device; with one process nothing happens (its collectives change nothing)."""
     global _host_group
     world_size = _env_int("WORLD_SIZE", 1)
     if world_size <= 1 or is_distributed():
@@ -98,16 +92,12 @@ def barrier() -> None:
 
 
 def rank_device(device: torch.device) -> torch.device:
-    """This rank's device: cuda:LOCAL_RANK in a torchrun CUDA run, else `device` as given.
-
-    A process group made without torchrun (no LOCAL_RANK) keeps the device its caller chose.
-    """
+    """This rank's device: cuda:LOCAL_RANK in a torchrun CUDA run, else `device` as given."""
     if not is_distributed() or "LOCAL_RANK" not in os.environ:
         return device
     return local_device(device, _env_int("LOCAL_RANK", 0))
 
 
 def collective() -> Collective:
-    """The collective of this process: torch.distributed inside a process group of more than
-    one rank, else the single-process no-op."""
+    """This process's collective: torch.distributed in a group of several ranks, else none."""
     return TorchDistributed(_host_group) if is_distributed() else SingleProcess()

@@ -1,9 +1,8 @@
 """Every metric the trainer reports, declared once; timings, memory; a background writer.
 
-`METRICS` maps each metric to how it combines across data-parallel ranks (`reduce`: an
-all-reduce; `derived` from reduced sums; `host`, rank 0's own figure), how it is displayed,
-and a one-line description, for every reader: the reduction, the console, metrics.jsonl,
-TensorBoard and docs/trainer.md's table. A metric missing here cannot be reported.
+`METRICS` says how each metric combines across ranks (an all-reduce, `derived` from reduced
+sums, or rank 0's `host` figure), how it is shown and what it means, for every reader (the
+reduction, console, metrics.jsonl, TensorBoard, docs/trainer.md): undeclared, it is not reported.
 """
 
 from __future__ import annotations
@@ -164,8 +163,7 @@ METRICS: dict[str, Metric] = {
 
 def cross_rank(name: str) -> Reduce:
     """How an update's raw per-rank value `name` combines across ranks: a declared metric's
-    own all-reduce; anything else (the sums that `derived` metrics and counts are computed
-    from, and the stop flag, which is set where the sum is not 0) adds up."""
+    own all-reduce; anything else (the sums behind `derived` metrics, the stop flag) adds up."""
     metric = METRICS.get(name)
     return metric.reduce if metric and metric.reduce in ("sum", "mean", "min", "max") else "sum"
 
@@ -223,8 +221,8 @@ def to_host(metrics: Mapping[str, torch.Tensor | float | int]) -> dict[str, floa
 
 
 class Clock:
-    """A mark in time; on CUDA an event, read after the update's host copy, so that timing
-    adds no sync of its own. Subtract two marks for the seconds between them."""
+    """A mark in time (on CUDA an event, read after the update's host copy: no sync of its own);
+    subtract two marks for the seconds between them."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
@@ -257,8 +255,7 @@ def memory_stats(device: torch.device) -> dict[str, float]:
 
 def _current_rss() -> float:
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return float("nan")
 
@@ -280,8 +277,7 @@ class MetricsWriter:
         self._queue.put(row)
 
     def flush(self) -> None:
-        """Wait until every row given so far is on disk: a checkpoint written after this never
-        holds an update whose row a `kill -9` could still lose."""
+        """Wait until every row given so far is on disk (before a checkpoint that counts them)."""
         self._queue.join()
         if self.error is not None:
             raise RuntimeError(f"metrics writer failed: {self.error}") from self.error
@@ -312,9 +308,8 @@ class MetricsWriter:
 
 
 def keep_rows_up_to(path: Path, update: int) -> None:
-    """Cut `metrics.jsonl` back to the rows of updates `<= update`, the point a run continues
-    from: rows a `kill -9` left after the checkpoint it resumes from (and a torn last line)
-    would otherwise appear twice, once from before the crash and once from the resumed run."""
+    """Cut `metrics.jsonl` back to the rows of updates `<= update`, where a resume continues:
+    rows a `kill -9` left after that checkpoint (and a torn line) would otherwise repeat."""
     if not path.exists():
         return
     kept = []

@@ -1,15 +1,10 @@
 """Gymnasium's numpy vector envs that keep their state in arrays, given the state protocol.
 
-`CartPoleVectorEnv` keeps every sub-env's state in a few numpy arrays, one column per sub-env,
-so a snapshot is an index into them and a restore a write. `ArrayStateVectorEnv` wraps the env
-and touches only the arrays its `ArrayLayout` names (`ARRAY_LAYOUTS`: add an env class whose
-step is a function of its arrays). The env's own reset takes one seed for all, so a sub-env
-reset with seed `s` is a one-sub-env *twin* of the env reset with `s`, copied into its row.
-The env's autoreset draws new games from one generator shared by all sub-envs, so what a
-sub-env restarts to would depend on its neighbours: with `autoreset=True` the adapter restarts
-pending sub-envs itself, each from its own seed chain (part of its state, so that a restored
-sub-env continues exactly as its source). The trainer starts groups itself and builds it with
-`autoreset=False` (DISABLED), sparing a twin's reset per episode end.
+`CartPoleVectorEnv` keeps each sub-env's state in a column of a few arrays (its `ArrayLayout`
+in `ARRAY_LAYOUTS`), so a snapshot is an index and a restore a write. Its reset takes one seed
+for all, so a sub-env reset with seed `s` is a one-sub-env *twin* reset with `s`, copied into
+its row; its autoreset shares one generator, so with `autoreset=True` the adapter restarts
+sub-envs itself, each from its own seed chain (part of its state). The trainer uses DISABLED.
 """
 
 from __future__ import annotations
@@ -59,8 +54,7 @@ def _next(seed: np.ndarray) -> np.ndarray:
 
 
 class ArrayStateVectorEnv(gym.vector.VectorWrapper):
-    """A numpy vector env whose state is `layout`'s arrays, with seeded masked resets and
-    sub-env state snapshots."""
+    """A numpy vector env with state in `layout`'s arrays: seeded masked resets, snapshots."""
 
     def __init__(
         self, env: gym.vector.VectorEnv, layout: ArrayLayout, *, autoreset: bool = True
@@ -118,8 +112,7 @@ class ArrayStateVectorEnv(gym.vector.VectorWrapper):
     # -- sub-env state snapshots (docs/env.md) ---------------------------------------------
 
     def snapshot_state(self, index: Any) -> tuple[np.ndarray, ...]:
-        """Copies of the layout's arrays at sub-envs `index`, then their observations and
-        seed chains."""
+        """Sub-envs `index` in the layout's arrays, then their observations and seed chains."""
         if self._obs is None:
             raise RuntimeError("call reset() before snapshot_state()")
         rows = host_index(index, self.num_envs)
@@ -160,8 +153,7 @@ class ArrayStateVectorEnv(gym.vector.VectorWrapper):
     # -- internals ---------------------------------------------------------------------------
 
     def _new_games(self, rows: np.ndarray) -> None:
-        """Sub-envs in the `(N,)` mask `rows` start the game of their next seed (sub-envs
-        with equal seeds, the same game); their chains move on."""
+        """Sub-envs in the mask `rows` start the game of their next seed; their chains move on."""
         chosen = np.flatnonzero(rows)
         for seed in dict.fromkeys(self.next_seed[chosen].tolist()):
             self._reset_rows(chosen[self.next_seed[chosen] == seed], int(seed))

@@ -1,11 +1,8 @@
 """Sub-env state snapshots for any Python env in an `AsyncVectorEnv`: pickled worker states.
 
-Each sub-env's state is the env object in its worker: `call("__dict__")` pulls every worker's
-state to the parent and `set_attr("__dict__", states)` pushes one back into each, so a restore
-pushes the snapshot's states into the chosen sub-envs and every other sub-env's own state back
-into it. Pulls are lazy, once for all live snapshots before the workers change. The worker
-keeps the NEXT_STEP autoreset flag, which the adapter mirrors and which only a masked reset
-can clear (docs/integrations.md, "Sub-env state snapshots for other vector envs").
+`call("__dict__")` pulls every worker's env state (lazily, once before the workers change) and
+`set_attr("__dict__", states)` pushes them back. The adapter mirrors each worker's NEXT_STEP
+autoreset flag, which only a masked reset can clear (docs/integrations.md).
 """
 
 from __future__ import annotations
@@ -34,8 +31,7 @@ __all__ = ["PickledStateVectorEnv", "picklable_or_none"]
 
 
 class WorkerState:
-    """One sub-env in a snapshot: its env state (None until pulled), the sub-env it was
-    taken from, its pending NEXT_STEP autoreset and its latest observation."""
+    """One sub-env in a snapshot: env state (None until pulled), source, pending, obs."""
 
     __slots__ = ("obs", "pending", "source", "state")
 
@@ -63,9 +59,8 @@ class PickledStateVectorEnv(LazySnapshots):
     def step(self, actions: Any) -> tuple[Any, ...]:
         obs, reward, terminated, truncated, info = super().step(actions)
         if self._next_step:  # the worker resets at its next step (it keeps this flag itself)
-            self._pending = host_mask(terminated, self.num_envs) | host_mask(
-                truncated, self.num_envs
-            )
+            n = self.num_envs
+            self._pending = host_mask(terminated, n) | host_mask(truncated, n)
         return obs, reward, terminated, truncated, info
 
     # -- sub-env state snapshots (docs/env.md) ---------------------------------------------
@@ -143,8 +138,7 @@ class PickledStateVectorEnv(LazySnapshots):
 
 
 def picklable_or_none(envs: gym.vector.VectorEnv) -> PickledStateVectorEnv | None:
-    """`envs` with pickled-state snapshots if its sub-envs survive a round trip, else None
-    (and a warning naming the env, once)."""
+    """`envs` with pickled-state snapshots if a round trip works, else None (and a warning)."""
     workers = envs.unwrapped
     name, problem = _round_trip_problem(workers)
     if problem is None:
@@ -154,8 +148,7 @@ def picklable_or_none(envs: gym.vector.VectorEnv) -> PickledStateVectorEnv | Non
 
 
 def _round_trip_problem(workers: AsyncVectorEnv) -> tuple[str, str | None]:
-    """The env's name, and why a pushed state does not continue exactly as the pulled one
-    (in a one-sub-env copy of `workers`), or None."""
+    """The env's name, and why a pushed state does not continue as the pulled one, or None."""
     spec = getattr(workers, "spec", None)
     name = getattr(spec, "id", None) or type(workers).__name__
     if workers.worker is not None:

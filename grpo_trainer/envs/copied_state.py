@@ -1,10 +1,8 @@
 """Sub-env state snapshots for any Python env in a `SyncVectorEnv`: copies of the sub-envs.
 
-A Python env's state is the env object itself, so a snapshot of sub-env `i` is `envs[i]` and
-a restore puts a copy in its place. Copies are made only when the vector env is about to
-change an object a live snapshot holds, and only where a round trip at construction shows
-that a copy continues exactly as its source (docs/integrations.md, "Sub-env state snapshots
-for other vector envs"). `LazySnapshots` is what this adapter and `async_state`'s share.
+A snapshot of sub-env `i` is `envs[i]`, copied only before the vector env would change it, and
+offered only where a round trip shows that a copy continues as its source (docs/integrations.md).
+`LazySnapshots` is what this adapter and `async_state`'s share.
 """
 
 from __future__ import annotations
@@ -86,8 +84,7 @@ class LazySnapshots(gym.vector.VectorWrapper):
 
 
 class SubEnvCopy:
-    """One sub-env in a snapshot: the env (shared until it would change), its pending
-    NEXT_STEP autoreset and its latest observation."""
+    """One sub-env in a snapshot: the env (shared until it would change), pending, obs."""
 
     __slots__ = ("env", "obs", "pending", "shared")
 
@@ -138,8 +135,7 @@ class CopiedStateVectorEnv(LazySnapshots):
 
 
 def copyable_or_none(envs: gym.vector.VectorEnv) -> CopiedStateVectorEnv | None:
-    """`envs` with copied-state snapshots if its sub-envs survive a round trip, else None
-    (and a warning naming the env, once)."""
+    """`envs` with copied-state snapshots if a round trip works, else None (and a warning)."""
     sync = envs.unwrapped
     name = _env_name(sync)
     problem = _round_trip_problem(sync.envs[0], sync.single_action_space)

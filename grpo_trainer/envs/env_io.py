@@ -1,12 +1,9 @@
 """The trainer's only view of an environment: the Gymnasium vector API and its spaces.
 
-`EnvIO` turns whatever a vector env returns (torch tensors, or numpy arrays as Gymnasium's
-own envs give) into tensors on the trainer's device, zero-copy where the memory allows, and
-turns actions back. It also starts groups: every member of a group starts alike. How a group
-can start again while its neighbours play on depends on what the env offers (after its
-family's adapter, `envs.state.with_state_protocol`), found once: `FromSnapshots` (the sub-env
-state protocol of docs/env.md: groups can also branch), `FromSeeds` (masked resets with a
-seed per sub-env) or `ByAutoreset` (neither: each sub-env restarts on its own).
+`EnvIO` turns what a vector env returns (torch or numpy) into tensors on the trainer's device,
+zero-copy where it can, turns actions back, and starts groups alike. How a group starts again
+while its neighbours play on is found once from what the env offers: `FromSnapshots` (the
+state protocol of docs/env.md; groups can branch), `FromSeeds` or `ByAutoreset`.
 """
 
 from __future__ import annotations
@@ -46,11 +43,8 @@ class EnvStep(NamedTuple):
 
 
 def to_tensor(x: Any, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """numpy or torch -> tensor on `device`; shares memory when it is already there.
-
-    The reference is `fruit_env.interop.wrappers.to_torch` (which also takes DLPack producers and
-    read-only arrays); this copy, for what an env returns, is kept in agreement with it by
-    tests/test_shared_concepts.py, since grpo_trainer never imports fruit_env."""
+    """numpy or torch -> tensor on `device`; shares memory when it is already there. The
+    reference is `fruit_env.interop.wrappers.to_torch` (tests/test_shared_concepts.py)."""
     if isinstance(x, np.ndarray):
         x = torch.from_numpy(x)
     return torch.as_tensor(x, device=device, dtype=dtype)
@@ -72,8 +66,7 @@ class EnvIO:
         self.episode_goals = dict(contract.episode_goals)  # recorded when first reached
         self.free_kwargs = contract.free_kwargs
         self.restart_method = _restart_method(self)
-        # what the env takes as actions: numpy where its observations are numpy (decided by
-        # what the first reset returns), else the trainer's tensors as they are
+        # actions as the env takes them: numpy if its first reset returns numpy, else tensors
         self.env_actions: Callable[[torch.Tensor], Any] = _before_reset
         self.per_env_seeds: bool | None = None  # does reset accept a list of seeds?
         self.indices = torch.arange(self.num_envs, device=device)  # every sub-env, in order
@@ -85,12 +78,8 @@ class EnvIO:
     # -- starting groups ---------------------------------------------------------------------
 
     def reset_groups(self, group_seeds: list[int], group_size: int) -> torch.Tensor:
-        """Reset every sub-env; members of group g get `group_seeds[g]`, so they start alike.
-
-        Envs whose `reset` takes only an int seed (Gymnasium's CartPoleVectorEnv, say) get
-        one seed for all: their members then start from different states, and a warning
-        says so once.
-        """
+        """Reset every sub-env; members of group g get `group_seeds[g]`, so they start alike
+        (an env whose `reset` takes only an int gets one seed for all, and a warning once)."""
         seeds = [s for s in group_seeds for _ in range(group_size)]
         if self.per_env_seeds is not False:
             try:
@@ -121,12 +110,9 @@ class EnvIO:
     ) -> torch.Tensor:
         """Start sub-envs again while the others play on; returns the new observations.
 
-        `fresh` `(B,)` marks sub-envs that start a new game: with snapshots, only the sub-envs
-        that are their own `source` reset, and the rest copy them; with seeded resets, each
-        resets with `seeds()[b]` (equal within a group). `source` `(B,)`: every sub-env `b`
-        ends up in the state of sub-env `source[b]` (itself, for those that go on). With
-        snapshots, a sub-env whose source is another, not fresh one *branches*: it continues
-        from the state that sub-env has reached.
+        `fresh` `(B,)` marks sub-envs that start a new game (seeded resets: with `seeds()[b]`);
+        every sub-env `b` ends up in the state of sub-env `source[b]`, so with snapshots one
+        whose source is another, not fresh one *branches* from the state that one reached.
         """
         return self.restart_method.restart(obs, fresh, source, seeds)
 
@@ -134,12 +120,10 @@ class EnvIO:
 
     def step(self, action: torch.Tensor) -> EnvStep:
         obs, reward, terminated, truncated, info = self.envs.step(self.env_actions(action))
-        done = to_tensor(terminated, self.device, torch.bool) | to_tensor(
-            truncated, self.device, torch.bool
-        )
-        return EnvStep(
-            self._obs(obs), to_tensor(reward, self.device, torch.float32), done, self._episode(info)
-        )
+        device = self.device
+        done = to_tensor(terminated, device, torch.bool) | to_tensor(truncated, device, torch.bool)
+        reward = to_tensor(reward, device, torch.float32)
+        return EnvStep(self._obs(obs), reward, done, self._episode(info))
 
     # -- state snapshots (FromSnapshots) -----------------------------------------------------
 
@@ -229,8 +213,7 @@ class RestartMethod:
 
 
 class FromSnapshots(RestartMethod):
-    """Restarting sub-envs that are their own source reset (masked); every sub-env then takes
-    its source's state. On a device env, without a host sync."""
+    """Sources reset (masked), then every sub-env takes its source's state; no host sync."""
 
     name = "snapshot"
     can_branch = True
@@ -251,8 +234,7 @@ class FromSnapshots(RestartMethod):
 
 
 class FromSeeds(RestartMethod):
-    """Restarting sub-envs reset with their group's seed (numpy envs: the host already waits
-    on every step, so reading the mask costs nothing more)."""
+    """Restarting sub-envs reset with their group's seed (numpy envs: the mask read is free)."""
 
     name = "seeded"
 

@@ -17,12 +17,9 @@ _CORE = ("return", "return_sq", "length")
 
 
 class EpisodeStats:
-    """Sums over ended episodes, per sub-env (few end between reads) and added up in float64
-    when read, so long runs lose no precision; `summarise` turns them into means. An
-    episode's return and length mean what the reference,
-    `fruit_env.interop.wrappers.TorchEpisodeStatistics`, records
-    (tests/test_shared_concepts.py keeps them in agreement).
-    """
+    """Sums over ended episodes, per sub-env and added up in float64 when read, so long runs
+    lose no precision. Return and length mean what the reference,
+    `fruit_env.interop.wrappers.TorchEpisodeStatistics`, records (tests/test_shared_concepts.py)."""
 
     def __init__(self, num_envs: int, device: torch.device) -> None:
         self.num_envs, self.device = num_envs, device
@@ -46,8 +43,7 @@ class EpisodeStats:
         lengths: torch.Tensor,
         info: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
     ) -> None:
-        """Count the episodes that `ended` (a `(B,)` bool mask) with their return and length,
-        and the `info["episode"]` fields their env reported (`name -> (values, mask)`)."""
+        """Count the episodes that `ended`, with their return, length and `info` fields."""
         weight = ended.to(torch.float32)
         self._core += torch.stack((returns, returns * returns, lengths)) * weight
         self._ended += weight
@@ -120,10 +116,9 @@ def summarise(
 class EpisodeRunner:
     """Steps an env and tracks each sub-env's current episode (who plays, return, length).
 
-    A sub-env is *alive* while the episode it started counts; when it ends, the episode is
-    added to `stats` and the sub-env stays out until started again (`begin_episodes`). One
-    that took over another's state (`branch_from`) plays on from the middle of that episode,
-    so its end is not counted: the statistics are of episodes played from their start, once.
+    A sub-env is *alive* while its episode counts; an ended one is added to `stats` and stays
+    out until started again. A branched one (`branch_from`) plays on mid-episode, so its end is
+    not counted: the statistics are of episodes played from their start, once.
     """
 
     def __init__(self, env: EnvIO, max_episode_steps: int | None = None) -> None:
@@ -138,19 +133,14 @@ class EpisodeRunner:
     def begin_episodes(self, mask: torch.Tensor | None = None) -> None:
         """Sub-envs in `mask` (all when None) start counting a new episode."""
         if mask is None:
-            self.alive.fill_(True)
-            self.from_start.fill_(True)
-            self.returns.zero_()
-            self.lengths.zero_()
-            return
+            mask = torch.ones_like(self.alive)
         self.alive |= mask
         self.from_start |= mask
         self.returns.masked_fill_(mask, 0.0)
         self.lengths.masked_fill_(mask, 0.0)
 
     def branch_from(self, source: torch.Tensor, fresh: torch.Tensor) -> None:
-        """Sub-env `b` now plays what sub-env `source[b]` played (a branch), or, where
-        `fresh`, a new episode from its start."""
+        """Sub-env `b` now plays `source[b]`'s episode (a branch), or a new one where `fresh`."""
         self.alive = self.alive.index_select(0, source) | fresh
         self.from_start = (self.from_start & (source == self.env.indices)) | fresh
         self.returns = self.returns.index_select(0, source).masked_fill_(fresh, 0.0)
@@ -191,13 +181,9 @@ def play_until_ended(
     on_step: Callable[[int, RunnerStep], None] | None = None,
     stop: Callable[[EpisodeRunner], bool] | None = None,
 ) -> int:
-    """Play from `obs` until every counted sub-env (`counted`, default all) has ended one
-    episode, or for `steps` steps.
-
-    `act(t, obs)` returns the env's actions. Without `stop` the loop runs all `steps` steps
-    and never waits on the device (a rollout); `stop(runner)` may read the device (evaluation
-    ends as soon as every episode has ended). Returns the number of steps played.
-    """
+    """Play from `obs` with `act(t, obs)` until every `counted` sub-env (default all) has
+    ended one episode, or for `steps` steps; returns the steps played. Without `stop` it never
+    waits on the device (a rollout); `stop(runner)` may read it to end early (evaluation)."""
     runner.alive.fill_(False)
     runner.begin_episodes(counted)
     for t in range(steps):

@@ -1,15 +1,13 @@
 """A gymnax env as a torch vector env: one jit-compiled, vmapped step; torch in, torch out.
 
-gymnax envs are pure functions of an explicit state pytree, so everything GRPO needs from an
-env is an index or a scatter on that pytree: one PRNG key chain per sub-env (a reset with seed
-`s` starts as any other with `s`; a copied sub-env continues as its source), masked resets
-with a seed per sub-env, and state snapshots gathered and scattered on the device. Why it is
-ours rather than `GymnaxToVectorGymWrapper` + `JaxToTorch`, and how its outputs cross to
-torch: docs/integrations.md, "Every env family".
+gymnax envs are pure functions of a state pytree, so what GRPO needs (a PRNG key chain per
+sub-env, seeded masked resets, snapshots) is an index or a scatter on it, on the device. Why
+it is ours rather than `GymnaxToVectorGymWrapper` + `JaxToTorch`: docs/integrations.md.
 """
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -65,12 +63,9 @@ def torch_to_jax(device: torch.device) -> Callable[[torch.Tensor], Any]:
 class GymnaxVectorEnv(gym.vector.VectorEnv):
     """`num_envs` copies of one gymnax env on `device`, stepped by one compiled call.
 
-    `check_actions`: refuse out-of-range actions (a host read). `final_obs`: the last
-    observation of an ended episode in `info["final_obs"]` (SAME_STEP's contract).
-    `autoreset`: gymnax's own `env.step` (SAME_STEP); with False its `step_env` alone, and
-    ended sub-envs wait for a masked reset or a restore (DISABLED). The trainer turns all
-    three off (`metadata["fast_kwargs"]`): its actions come from the action space, it never
-    reads final observations and it starts groups itself.
+    `check_actions`: refuse out-of-range actions (a host read). `final_obs`: SAME_STEP's
+    `info["final_obs"]`. `autoreset=False`: ended sub-envs wait for a masked reset or a
+    restore (DISABLED). The trainer turns all three off (`metadata["fast_kwargs"]`).
     """
 
     metadata = {
@@ -111,12 +106,8 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         self._state: Any = None  # the batched state pytree
         self._keys: jax.Array | None = None  # (N, 2) uint32, one key chain per sub-env
         self._obs: jax.Array | None = None  # (N, *obs_shape): each sub-env's latest obs
-        if not autoreset:
-            self._step_fn = jax.jit(self._step_without_reset)
-        elif final_obs:
-            self._step_fn = jax.jit(self._compiled_step)
-        else:
-            self._step_fn = jax.jit(self._step_without_final_obs)
+        step = functools.partial(self._compiled_step, autoreset=autoreset, final_obs=final_obs)
+        self._step_fn = jax.jit(step)
         self._reset_fn = jax.jit(self._compiled_reset)
         # shapes and dtypes of (state, keys, observations), traced without computing anything
         keys = jax.ShapeDtypeStruct((num_envs, 2), jnp.uint32)
@@ -127,41 +118,35 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
 
     # -- the compiled functions ------------------------------------------------------------
 
-    def _compiled_step(self, state: Any, keys: jax.Array, action: jax.Array) -> Any:
+    def _compiled_step(
+        self, state: Any, keys: jax.Array, action: jax.Array, *, autoreset: bool, final_obs: bool
+    ) -> Any:
         """One step of every sub-env: state, keys, observations, `(N, 3)` reward and flags,
-        and the info (the final observations)."""
+        and the info (the final observations, if asked). Without `autoreset`, gymnax's
+        transition alone (`step_env`): no new game is drawn on the step."""
         split = jax.vmap(jax.random.split)(keys)
-        step = jax.vmap(self.env.step, in_axes=(0, 0, 0, None))
-        obs, state, reward, terminated, truncated, info = step(
-            split[:, 1], state, action.astype(self._inputs.action_dtype), self.params
-        )
+        action = action.astype(self._inputs.action_dtype)
+        if autoreset:
+            step = jax.vmap(self.env.step, in_axes=(0, 0, 0, None))
+            obs, state, reward, terminated, truncated, info = step(
+                split[:, 1], state, action, self.params
+            )
+        else:
+            step = jax.vmap(self.env.step_env, in_axes=(0, 0, 0, None))
+            obs, state, reward, terminated, _ = step(split[:, 1], state, action, self.params)
+            truncated = jax.vmap(self.env.is_truncated, in_axes=(0, None))(state, self.params)
         flags = jnp.stack([reward, terminated, truncated], axis=1).astype(jnp.float32)
-        final = {"final_obs": info["final_observation"].astype(jnp.float32)}
-        final["_final_obs"] = terminated | truncated
+        final: dict[str, jax.Array] = {}
+        if autoreset and final_obs:
+            final["final_obs"] = info["final_observation"].astype(jnp.float32)
+            final["_final_obs"] = terminated | truncated
         return state, split[:, 0], obs.astype(jnp.float32), flags, final
-
-    def _step_without_final_obs(self, state: Any, keys: jax.Array, action: jax.Array) -> Any:
-        *out, _ = self._compiled_step(state, keys, action)
-        return (*out, {})
-
-    def _step_without_reset(self, state: Any, keys: jax.Array, action: jax.Array) -> Any:
-        """gymnax's transition without its autoreset: no new game is drawn on the step."""
-        split = jax.vmap(jax.random.split)(keys)
-        step = jax.vmap(self.env.step_env, in_axes=(0, 0, 0, None))
-        obs, state, reward, terminated, _ = step(
-            split[:, 1], state, action.astype(self._inputs.action_dtype), self.params
-        )
-        truncated = jax.vmap(self.env.is_truncated, in_axes=(0, None))(state, self.params)
-        flags = jnp.stack([reward, terminated, truncated], axis=1)
-        return state, split[:, 0], obs.astype(jnp.float32), flags.astype(jnp.float32), {}
 
     def _compiled_reset(
         self, state: Any, keys: jax.Array, obs: Any, mask: jax.Array, seeds: jax.Array
     ) -> Any:
-        """Sub-envs in `mask` start a new episode; a given seed restarts the key chain.
-        `seeds` is `(N, 3)` uint32: given or not, then the seed's low and high 32 bits. The
-        first reset goes through here too (every sub-env, every seed given, a zero state in
-        place of the old one), so that a run compiles one reset, not two."""
+        """Sub-envs in `mask` start a new episode; a given seed (`seeds`: `JaxInputs.seeds`)
+        restarts the key chain. The first reset comes here too, so a run compiles one reset."""
         given, low, high = seeds[:, 0] > 0, seeds[:, 1], seeds[:, 2]
         seeded = jax.vmap(jax.random.fold_in)(jax.vmap(jax.random.PRNGKey)(low), high)
         keys = jnp.where(given[:, None], seeded, keys)
@@ -177,10 +162,9 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Reset every sub-env, or those in `options["reset_mask"]` (an `(N,)` bool tensor or
-        array). `seed`: an int (sub-env `i` gets `seed + i`, as Gymnasium's vector envs do), a
-        list with one seed (or None) per sub-env, or None (sub-envs continue their own key
-        chains; a first unseeded reset draws a random seed)."""
+        """Reset every sub-env, or those in `options["reset_mask"]`. `seed`: an int (sub-env `i`
+        gets `seed + i`, as in Gymnasium), one seed or None per sub-env, or None (sub-envs
+        continue their key chains; a first unseeded reset draws a random seed)."""
         super().reset(seed=None)
         mask = (options or {}).get("reset_mask")
         if mask is not None and self._state is None:
@@ -214,16 +198,14 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
     # -- sub-env state snapshots (docs/env.md) ---------------------------------------------
 
     def snapshot_state(self, index: Any) -> tuple[torch.Tensor, ...]:
-        """The state of sub-envs `index` (1-D integer tensor or array), one row per entry:
-        key, latest observation, then the leaves of gymnax's state, as torch tensors."""
+        """Sub-envs `index` as torch tensors: key, latest observation, gymnax's state leaves."""
         if self._state is None:
             raise RuntimeError("call reset() before snapshot_state()")
         rows = self._gather_fn((self._keys, self._obs, self._state), self._inputs.index(index))
         return tuple(torch.from_dlpack(leaf) for leaf in jax.tree.leaves(rows))
 
     def restore_state(self, index: Any, snapshot: Sequence[Any]) -> None:
-        """Put row `j` of `snapshot` into sub-env `index[j]`; it continues exactly as the
-        snapshot's source would have (its key chain travels with it)."""
+        """Put row `j` of `snapshot` into sub-env `index[j]` (its key chain travels with it)."""
         if self._state is None:
             raise RuntimeError("call reset() before restore_state()")
         index_j = self._inputs.index(index)
@@ -253,8 +235,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
 
 
 class JaxInputs:
-    """What callers hand a `GymnaxVectorEnv`, checked and turned into JAX arrays on its
-    device: seeds, reset masks, sub-env indices and actions."""
+    """Seeds, reset masks, indices and actions for a `GymnaxVectorEnv`, checked, in JAX."""
 
     def __init__(self, num_envs: int, device: torch.device, action_space: gym.Space) -> None:
         self.num_envs, self.device, self.action_space = num_envs, device, action_space
@@ -272,10 +253,7 @@ class JaxInputs:
             if not first:
                 return jnp.zeros((self.num_envs, 3), jnp.uint32)
             seed = secrets.randbelow(2**63)
-        per_env = per_env_seeds(seed, self.num_envs)
-        for s in per_env:
-            if s is not None and not 0 <= s < 2**64:
-                raise ValueError(f"seeds must be ints in [0, 2**64) or None, got {s!r}")
+        per_env = per_env_seeds(seed, self.num_envs)  # checks each seed's range
         if first:
             per_env = [secrets.randbelow(2**63) if s is None else s for s in per_env]
         rows = [(0, 0, 0) if s is None else (1, int(s) & 0xFFFFFFFF, int(s) >> 32) for s in per_env]

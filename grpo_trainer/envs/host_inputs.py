@@ -1,9 +1,8 @@
-"""Checking what callers hand the host-side env adapters: indices, masks and seeds.
+"""Checking what callers hand the host-side env adapters: indices, masks and seeds, as numpy.
 
 The reference for each rule is `fruit_env.kit.inputs` (`as_index`, `as_reset_mask`,
-`seeded_keys`), which makes tensors on the env's device where these make numpy arrays for
-envs that live on the host. grpo_trainer never imports fruit_env, so these are copies, and
-tests/test_shared_concepts.py keeps them in agreement.
+`seeded_keys`), which grpo_trainer does not import; tests/test_shared_concepts.py keeps the
+copies in agreement.
 """
 
 from __future__ import annotations
@@ -42,8 +41,7 @@ def host_mask(mask: Any, num_envs: int) -> np.ndarray:
 
 
 def per_env_seeds(seed: int | Sequence[int | None] | None, num_envs: int) -> list[int | None]:
-    """One seed (or None) per sub-env: an int `s` gives sub-env `i` the seed `s + i` (modulo
-    2**64), as Gymnasium's vector envs do; every seed is 64-bit."""
+    """One 64-bit seed (or None) per sub-env; an int `s` gives sub-env `i` `s + i` (Gymnasium)."""
     if seed is None:
         return [None] * num_envs
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):

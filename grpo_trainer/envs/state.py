@@ -1,8 +1,6 @@
-"""Giving a vector env the sub-env state protocol (docs/env.md), where its family allows it.
-
-Envs that offer it (Fruit Catcher, `GymnaxVectorEnv`) are used as they are; the others get
-their family's adapter, or stay as they are where none fits (docs/integrations.md, "Sub-env
-state snapshots for other vector envs").
+"""Giving a vector env the sub-env state protocol (docs/env.md), where its family allows it:
+envs that offer it are used as they are, others get their family's adapter where one fits
+(docs/integrations.md, "Sub-env state snapshots for other vector envs").
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Hooks into a training run, for Python users: the habit Stable-Baselines3's callbacks set
-(docs/trainer.md, "Evaluation during training, targets and callbacks").
-
-Every hook gets the `RunState`, never the loop, so a callback cannot come to depend on it.
-Hooks run on every rank after the update's metrics reached the host: they cost no device
-sync of their own unless they read the device themselves. The run's `Target` is here too:
-the evaluation score it aims for, from `--target NAME=VALUE` or the env's declared goals.
+"""Hooks into a training run, as Stable-Baselines3's callbacks (docs/trainer.md). Every hook
+gets the `RunState`, never the loop, and runs on every rank once the metrics reached the host
+(no device sync of its own). Also the run's `Target`, the evaluation score it aims for.
 """
 
 from __future__ import annotations
@@ -55,8 +51,7 @@ def resolve_target(
 
 @dataclasses.dataclass
 class Best:
-    """best.pt's score and the metric it is: the training return until the first evaluation
-    during training, the evaluation score from then on."""
+    """best.pt's score and its metric: the training return until the first evaluation."""
 
     score: float = -math.inf
     by: str = "return_mean"
@@ -95,9 +90,8 @@ class RunState:
         self.stop_requested = self.stop_requested or reason
 
     def end(self, **outcome: Any) -> None:
-        """Record how the run ends (`RunOutcome`'s fields). For decisions every rank reaches
-        alike, as the loop's and the evaluation's are; a callback that decides on its own
-        rank asks with `request_stop`, which every rank agrees on first."""
+        """Record how the run ends (`RunOutcome`'s fields), for decisions every rank reaches
+        alike; a callback deciding on its own rank asks with `request_stop` instead."""
         self.outcome = dataclasses.replace(self.outcome, **outcome)
 
 
@@ -120,5 +114,4 @@ class Callback:
         """After the final checkpoint, with each metric's latest value."""
 
     def on_train_error(self, state: RunState, error: BaseException) -> None:
-        """Training raised `error` (a second Ctrl-C included); it is raised again after the
-        callbacks ran. An error a callback raises here is logged, not raised."""
+        """Training raised `error` (raised again afterwards; one raised here is only logged)."""

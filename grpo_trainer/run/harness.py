@@ -1,11 +1,9 @@
-"""The run: a loop around `GRPO.update_and_agree_on_stop`, with every service a callback.
+"""The run: a loop around `GRPO.update_and_agree_on_stop`, with every service a callback
+(in order: evaluation, the run's files, progress, W&B on rank 0, the user's).
 
-`Harness.run` updates until the env-step budget is spent; after each update every callback's
-`on_update` sees its metrics, in this order: evaluation during training (which may end the
-run at a target), the run's files, the progress line, W&B (rank 0) and the user's callbacks.
 SIGINT/SIGTERM and `RunState.request_stop` finish the current update, write a checkpoint and
-return (a second signal aborts at once); in a distributed run the request rides the next
-update's metrics reduction, so every rank stops after the same update.
+return (a second signal aborts); the request rides the next update's metrics reduction, so
+every rank stops after the same update.
 """
 
 from __future__ import annotations
@@ -74,8 +72,7 @@ class Harness:
         self.signal_received: str | None = None  # SIGINT/SIGTERM here, until ranks agree
 
     def run(self) -> RunOutcome:
-        """Train until `total_env_steps`. If training raises, every callback's
-        `on_train_error` runs before the error goes on."""
+        """Train until `total_env_steps`; on an error, callbacks' `on_train_error` run first."""
         try:
             self._run()
         except BaseException as error:

@@ -19,15 +19,12 @@ REACHED = ("target_reached_s", "target_reached_env_steps")  # set by the first e
 
 
 class ConsoleProgress(Callback):
-    """The console as a service of the run: a progress bar over env steps with the live line
-    while it trains, then the summary and whether the target was reached (rank 0, with
-    `progress` on; silent otherwise)."""
+    """A progress bar with the live line while training, then the summary and the target."""
 
     def __init__(
         self, total_steps: int, enabled: bool, ratios: Mapping[str, Any], report: bool = True
     ) -> None:
-        """`enabled`: the live bar; `report`: the summary at the end (rank 0, even without
-        the bar: a run with `progress` off still says how it ended)."""
+        """`enabled`: the live bar; `report`: the summary at the end (even without the bar)."""
         self.enabled, self.report, self.ratios = enabled, report, dict(ratios)
         self.latest: dict[str, float] = {}  # each metric's latest value: the live line
         self.console = Console(stderr=True)
@@ -77,12 +74,11 @@ class ConsoleProgress(Callback):
         """When the evaluation first reached the target, or that it did not."""
         if not self.report or target is None:
             return
-        reached_at = {k: latest[k] for k in REACHED if k in latest}
-        if reached_at:
+        if all(k in latest for k in REACHED):
+            seconds, steps = (latest[k] for k in REACHED)
             self.console.print(
-                f"eval {target.name} reached {target.value:g} after "
-                f"{reached_at['target_reached_s']:.1f} s and "
-                f"{reached_at['target_reached_env_steps']:,.0f} env steps"
+                f"eval {target.name} reached {target.value:g} after {seconds:.1f} s and "
+                f"{steps:,.0f} env steps"
             )
         elif target.metric in latest:
             self.console.print(

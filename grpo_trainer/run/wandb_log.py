@@ -36,8 +36,7 @@ def import_wandb() -> Any:
 
 
 class WandbCallback(Callback):
-    """Logs a run to W&B. The project, entity, name and mode come from `config.run`
-    (`wandb_project`, ...) unless given here; `gif=False` skips the agent's GIF."""
+    """Logs a run to W&B; settings not given here come from `config.run` (`wandb_project`, ...)."""
 
     def __init__(
         self,
@@ -56,8 +55,7 @@ class WandbCallback(Callback):
         self._tmp: str | None = None
 
     def on_train_start(self, state: RunState) -> None:
-        config = state.config
-        run = config.run
+        run = state.config.run
         name = self.settings["name"] or run.wandb_name
         if name is None and run.run_dir:
             name = Path(run.run_dir).resolve().name
@@ -70,7 +68,7 @@ class WandbCallback(Callback):
             name=name,
             mode=self.settings["mode"] or run.wandb_mode,
             dir=str(state.run_dir) if state.run_dir else None,
-            config=config.to_dict(),
+            config=state.config.to_dict(),
         )
         if state.run_dir:
             (state.run_dir / RUN_ID_FILE).write_text(self.run.id + "\n")
@@ -104,10 +102,9 @@ class WandbCallback(Callback):
         curve = state.run_dir / "learning_curve.png" if state.run_dir else None
         if curve is not None and curve.exists():
             media["learning_curve"] = self.wandb.Image(str(curve))
-        if self.gif:
-            gif = self._record_gif(state)
-            if gif is not None:
-                media["agent"] = self.wandb.Video(str(gif), format="gif")
+        gif = self._record_gif(state) if self.gif else None
+        if gif is not None:
+            media["agent"] = self.wandb.Video(str(gif), format="gif")
         if media:
             self.run.log(media, step=self._step)
         self._finish(0)
@@ -126,8 +123,7 @@ class WandbCallback(Callback):
                 self._tmp = None
 
     def _record_gif(self, state: RunState) -> Path | None:
-        """One greedy episode as a GIF in the run directory (or the temporary folder), or
-        None with a warning when the env cannot render or Pillow is missing."""
+        """One greedy episode as a GIF, or None with a warning (no rendering, no Pillow)."""
         from grpo_trainer.envs import make_envs
         from grpo_trainer.run.evaluation import play_episode, write_animation
 

@@ -1,18 +1,12 @@
 """`check_vector_env`: a conformance checker for any Gymnasium vector env (torch, numpy or JAX
-outputs), with a named result and concrete evidence for each rule.
+outputs), with a status and concrete evidence for each rule (`CHECKS`; docs/integrations.md).
 
     report = check_vector_env(gym.make_vec("CartPole-v1", num_envs=4))
     print(report)        # a table: check, status, evidence
     assert report.ok     # no check failed (warnings and skips do not fail)
 
-The checks (`CHECKS`, in this order; docs/integrations.md describes each) are flat `check_*`
-functions, each testing one promise and returning its evidence, or raising `Verdict` with a
-warning, a failure or a skip.
-
-The checker steps the env it is given (and resets it at the end) but closes nothing it did not
-create; the global torch, numpy and `random` RNG states are restored when it returns. It lives
-in `grpo_trainer` because it checks what the trainer relies on, for any env;
-`python -m grpo_trainer check ENV_ID` runs it on an env built as the trainer builds it.
+It steps and finally resets the env, closes nothing it did not create, and restores the global
+RNG states. It lives here because it checks what the trainer relies on, for any env.
 """
 
 from __future__ import annotations
@@ -77,10 +71,7 @@ class CheckReport:
         return [c for c in self.checks if c.status == "fail"]
 
     def __getitem__(self, name: str) -> Check:
-        for check in self.checks:
-            if check.name == name:
-                return check
-        raise KeyError(name)
+        return {c.name: c for c in self.checks}[name]
 
     def statuses(self) -> dict[str, str]:
         """{check name: status}."""
@@ -279,8 +270,7 @@ class EnvPlayer:
 
 
 def check_spaces(play: EnvPlayer) -> str:
-    """`reset` and `step` outputs fit the spaces (shape, dtype, bounds) and the vector API
-    (rewards, `terminated`, `truncated` of shape `(num_envs,)`), on one device."""
+    """`reset` and `step` outputs fit the spaces and the vector API, on one device."""
     env, problems = play.env, []
     if play.single_obs is None:
         problems.append("env has no single_observation_space")
@@ -327,9 +317,8 @@ def _obs_problems(play: EnvPlayer, obs: Any, where: str) -> list[str]:
 
 
 def _output_problems(n: int, where: str, **outputs: Any) -> list[str]:
-    """Rewards are floats (float32 as torch tensors: an int64 or float64 reward is a rule
-    that forgot its dtype; numpy float64 is what Gymnasium's `SyncVectorEnv` gives),
-    `terminated` and `truncated` bools, each of shape `(n,)`."""
+    """Rewards are floats (torch: float32, else a rule forgot its dtype; numpy float64 is
+    `SyncVectorEnv`'s), `terminated` and `truncated` bools, each of shape `(n,)`."""
     problems = []
     for name, value in outputs.items():
         array, flag = _np(value), name != "reward"
@@ -389,10 +378,7 @@ def check_next_step(
             f"{reward[i]}, terminated {term[i]}, truncated {trunc[i]}; expected 0, False, False",
         )
     other = actions[t + 1].copy()  # other actions for the ended sub-envs on the reset step
-    space = copy.deepcopy(play.single_action)
-    space.seed(play.seed + 4)
-    for j in np.nonzero(ended)[0]:
-        other[j] = _another(space, other[j])
+    other[ended] = play.other_actions([other], play.seed + 4)[0][ended]
     play.reset(seed=play.seed)
     replay = [play.step(a) for a in actions[: t + 1]]
     if _first_difference(_np(replay[-1][0]), _np(out[0]), "obs"):
@@ -449,8 +435,7 @@ def check_same_step(play: EnvPlayer, out: tuple[Any, ...], ended: np.ndarray, wh
 
 
 def check_reset_mask(play: EnvPlayer, out: tuple[Any, ...], ended: np.ndarray, where: str) -> str:
-    """DISABLED: `reset(options={"reset_mask": m})` restarts the masked sub-envs and leaves
-    every other as it was."""
+    """DISABLED: `reset(options={"reset_mask": m})` restarts only the masked sub-envs."""
     before = _np(out[0])
     after = _np(play.reset(options={"reset_mask": play.mask(ended)})[0])
     j = _first_row_that_differs(before, after, ~ended)
@@ -470,8 +455,7 @@ def check_reset_mask(play: EnvPlayer, out: tuple[Any, ...], ended: np.ndarray, w
 
 
 def check_info_masks(play: EnvPlayer) -> str:
-    """Every per-env info entry `k` (at reset, on steps, at an episode end) has its bool
-    `(num_envs,)` mask `_k`, at every level of nesting."""
+    """Every per-env info entry `k`, at any depth, has its bool `(num_envs,)` mask `_k`."""
     if not play.infos:  # spaces did not run: gather some infos
         play.reset(seed=play.seed)
         for t, a in enumerate(play.sample(play.seed + 3, play.steps)):
@@ -526,14 +510,13 @@ def _mask_problem(
 
 
 def check_determinism(play: EnvPlayer) -> str:
-    """`reset(seed=[one per sub-env])` and `reset(seed=int)`, each twice with the same
-    actions, replay the same trajectories."""
-    warnings = []
+    """`reset(seed=list)` and `reset(seed=int)`, twice with the same actions, replay alike."""
+    warning = ""
     seeds = [play.seed + 101 * (i + 1) for i in range(play.n)]
     try:
         first = play.trajectory(seeds, play.steps)
     except Exception as err:
-        warnings.append(f"reset(seed=[{play.n} ints]) raised {_error(err)}")
+        warning = f"reset(seed=[{play.n} ints]) raised {_error(err)}"
     else:
         diff = _difference(first, play.trajectory(seeds, play.steps))
         if diff:
@@ -542,14 +525,13 @@ def check_determinism(play: EnvPlayer) -> str:
     diff = _difference(first, play.trajectory(play.seed, play.steps))
     if diff:
         raise Verdict("fail", f"reset(seed={play.seed}) twice, same actions: {diff}")
-    if warnings:
-        raise Verdict("warn", "; ".join(warnings) + f"; reset(seed={play.seed}) reproduces")
+    if warning:
+        raise Verdict("warn", f"{warning}; reset(seed={play.seed}) reproduces")
     return f"reset(seed=list) and reset(seed=int) replay {play.steps} steps exactly"
 
 
 def check_num_envs_invariance(play: EnvPlayer, make_env: Callable[[int], Any] | None = None) -> str:
-    """With `metadata["num_envs_invariant"]`, sub-env i plays the same game, for the same
-    seed and actions, in a vector env of another size."""
+    """With `metadata["num_envs_invariant"]`, sub-env i plays alike in an env of another size."""
     if not play.env.metadata.get("num_envs_invariant", False):
         raise Verdict("skip", "metadata['num_envs_invariant'] is not True")
     if make_env is None:
@@ -587,9 +569,8 @@ class _SnapshotPlan(NamedTuple):
 
 
 def check_state_snapshots(play: EnvPlayer) -> str:
-    """The sub-env state protocol of docs/env.md, where offered: a trainer copies games
-    between sub-envs with it and trusts a copy to play on exactly as its source would (the
-    swap, rewind and comparisons: docs/integrations.md)."""
+    """The sub-env state protocol of docs/env.md, where offered: a copied game plays on exactly
+    as its source would (the swap, rewind and comparisons: docs/integrations.md)."""
     names = ("snapshot_state", "restore_state")
     missing = [name for name in names if not callable(getattr(play.env, name, None))]
     if missing:
@@ -635,9 +616,8 @@ def _snapshot_plan(play: EnvPlayer) -> _SnapshotPlan:
 
 
 def _snapshot_runs(play: EnvPlayer, plan: _SnapshotPlan) -> list[list[Outputs]]:
-    """The source's steps, the swapped and rewound runs, and both without their restore
-    (`unswapped`, `unrewound`), after checking that every run replays the same game up to
-    `plan.start`."""
+    """The source's steps, the swapped and rewound runs, and both without their restore, once
+    every run is seen to replay the same game up to `plan.start`."""
     env, i, j = play.env, plan.i, plan.j
     own: list[Any] = []  # sub-env i's own snapshot, for the rewind
 
@@ -654,8 +634,7 @@ def _snapshot_runs(play: EnvPlayer, plan: _SnapshotPlan) -> list[list[Outputs]]:
         _call(f"restore_state(torch.tensor([{i}]), ...)", env.restore_state, into, own[0])
 
     def run(phases: list[list[np.ndarray]], calls: Mapping[int, Callable[[], None]]) -> Any:
-        """`plan.pre` from `reset(seed)`, then each phase after `calls[phase]`: (the
-        trajectory up to `plan.start`, each phase's outputs)."""
+        """`plan.pre` from `reset(seed)`, then each phase after `calls[phase]`."""
         obs, _ = play.reset(seed=play.seed)
         before, out = [(_np(obs),), *play.play(plan.pre)], []
         for p, actions in enumerate(phases):
@@ -707,23 +686,13 @@ def _snapshot_comparisons(
     swapped = f"{swap}, each on the other's actions, neighbours on others{stayed}; copy vs source"
     rewound = f"{rewind}, on the same actions again, neighbours on others; copy vs source"
     neighbour = "changed a neighbour; with vs without the restore"
+    not_ij = {m: m for m in range(n) if m not in (i, j)}
+    not_i = {m: m for m in range(n) if m != i}
     return [
         (after_swap, source_out, {j: i, i: j}, start, swapped),
-        (
-            after_swap,
-            unswapped,
-            {m: m for m in range(n) if m not in (i, j)},
-            start,
-            f"{swap} {neighbour}",
-        ),
+        (after_swap, unswapped, not_ij, start, f"{swap} {neighbour}"),
         (after_rewind, source_out, {i: i}, start + k, f"{rewound} ({k} steps earlier)"),
-        (
-            after_rewind,
-            unrewound,
-            {m: m for m in range(n) if m != i},
-            start + k,
-            f"{rewind} {neighbour}",
-        ),
+        (after_rewind, unrewound, not_i, start + k, f"{rewind} {neighbour}"),
     ]
 
 
@@ -731,8 +700,8 @@ def _snapshot_comparisons(
 
 
 def check_host_syncs(play: EnvPlayer, strict: bool = False) -> str:
-    """A torch env's `step` reads no device data on the host (each read is a sync on a GPU:
-    it fails there, and warns on the CPU unless `strict`)."""
+    """A torch env's `step` reads no device data on the host (a GPU sync; on the CPU a warning
+    unless `strict`)."""
     play.reset(seed=play.seed)
     if play.kind != "torch":
         raise Verdict("skip", f"outputs are {play.kind}, not torch tensors")
@@ -885,8 +854,7 @@ def _difference(
     a: list[Outputs], b: list[Outputs], first: int = -1, sub_envs: int | None = None
 ) -> str | None:
     """The first difference between two lists of outputs (of their first `sub_envs` only),
-    named by env step (the first being `first`; -1 a reset, as `EnvPlayer.trajectory`
-    begins), key and sub-env."""
+    named by step (the first is `first`; -1: a reset), key and sub-env."""
     names = ("obs", "reward", "terminated", "truncated")
     for t, (x, y) in enumerate(zip(a, b, strict=True)):
         for name, u, v in zip(names, x, y, strict=False):
@@ -913,9 +881,8 @@ def _short(x: Any) -> str:
 
 
 def _with_rows(tree: Any, source: Any, rows: Mapping[int, int]) -> Any:
-    """`tree` (numpy outputs) with row `dst` replaced by `source`'s row `src` for each
-    `dst: src`: what `tree` should be if those sub-envs played `source`'s games. Comparing
-    against it names the sub-env of `tree` that differs."""
+    """`tree` with row `dst` taken from `source`'s row `src` for each `dst: src`: what it
+    should be if those sub-envs played `source`'s games (a comparison then names the row)."""
     if isinstance(tree, Mapping):
         return {k: _with_rows(v, source[k], rows) for k, v in tree.items()}
     if isinstance(tree, (tuple, list)):

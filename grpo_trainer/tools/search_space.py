@@ -6,9 +6,8 @@ A JSON object from field name to its range (docs/trainer.md, "Sweeps with Optuna
      "epochs":       {"choices": [4, 8]},
      "hidden_sizes": {"choices": [[64, 64], [128, 128]]}}
 
-Each entry is checked against the field's type before any trial runs, and a bad one raises
-`ValueError` naming the field. No Optuna here: `Param.suggest` takes any object with Optuna's
-`suggest_int`, `suggest_float` and `suggest_categorical`.
+Each entry is checked against the field's type before any trial runs. No Optuna here:
+`Param.suggest` takes any object with Optuna's `suggest_*` methods.
 """
 
 from __future__ import annotations
@@ -92,8 +91,7 @@ def apply(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_against(params: list[Param], base: dict[str, Any]) -> None:
-    """Every bound and choice, set alone on `base`, makes a valid config: a space that would
-    fail trials (group_size low=1) fails at once, with the config's own message."""
+    """Every bound and choice, set alone on `base`, makes a valid config (else fail at once)."""
     for param in params:
         ends = param.choices if param.kind == "choices" else (param.low, param.high)
         for value in ends:

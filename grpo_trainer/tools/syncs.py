@@ -1,16 +1,13 @@
 """Counting host syncs: a `TorchDispatchMode` that records the aten calls which copy device
-data to the host (a CUDA sync), so that a test or `grpo_trainer.tools.checker` on the CPU can
-assert that code would not sync on a GPU.
+data to the host, so that a test on the CPU can assert that code would not sync on a GPU.
 
     with SyncCounter() as syncs:
         env.step(actions)
     assert syncs.count == 0, syncs.calls
 
-`Tensor.item()`, `int(t)`, `bool(t)` and `if t:` reach `aten._local_scalar_dense` (`bool`
-through `aten.is_nonzero`); `nonzero` and `masked_select` must read the data to know their
-output's size; `torch.equal` returns a Python bool. Indexing with a bool mask (`x[mask]`,
-`x[mask] = v`) reads the mask too: it reaches `aten.index` / `aten.index_put`, which call
-`nonzero` inside the kernel, out of this mode's sight, so those calls are counted as well.
+`.item()`, `int(t)`, `bool(t)` reach `_local_scalar_dense` or `is_nonzero`; `nonzero` and
+`masked_select` read data to size their output; bool-mask indexing calls `nonzero` inside
+`index` / `index_put`, out of this mode's sight, so those calls count too.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Rollouts: play the policy in every sub-env and store what the update needs, on the device.
 
 Two modes, `WindowedRollout` (the default) and `EpisodeRollout`, behind one protocol
-(`RolloutMode`), chosen once from the config by `make_rollout`: the trainer calls the
-protocol and nothing else, so it never asks which mode it runs. No step of a collect waits
-on the device.
+(`RolloutMode`) chosen once by `make_rollout`, so the trainer never asks which mode it runs.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ import torch
 from grpo_trainer.algorithm.policy import ActionHead
 from grpo_trainer.algorithm.rollout.buffer import (
     ExplorationNoise,
-    Recorder,
     Rollout,
     RolloutBuffer,
     RolloutCheckpoint,
@@ -34,15 +31,12 @@ from grpo_trainer.base.config import GRPOConfig
 from grpo_trainer.envs.env_io import EnvIO
 
 __all__ = [
-    "EpisodeRollout",
     "ExplorationNoise",
     "GroupSeeds",
-    "Recorder",
     "Rollout",
     "RolloutBuffer",
     "RolloutCheckpoint",
     "RolloutMode",
-    "WindowedRollout",
     "make_rollout",
     "storage_dtype",
 ]
@@ -96,26 +90,19 @@ def make_rollout(
             )
         buffer = RolloutBuffer(horizon, 0, env.num_envs, obs_shape, obs_dtype, head, env.device)
         return EpisodeRollout(env, buffer, head, config.group_size, noise, seeds)
+    lookahead = config.window - 1
     buffer = RolloutBuffer(
-        config.rollout_steps,
-        config.window - 1,
-        env.num_envs,
-        obs_shape,
-        obs_dtype,
-        head,
-        env.device,
+        config.rollout_steps, lookahead, env.num_envs, obs_shape, obs_dtype, head, env.device
     )
     restarts = _restart_policy(config, env, seeds, generator)
-    return WindowedRollout(
-        env, buffer, head, restarts, config.max_episode_steps, noise, config.window
-    )
+    steps = config.max_episode_steps
+    return WindowedRollout(env, buffer, head, restarts, steps, noise, config.window)
 
 
 def _restart_policy(
     config: GRPOConfig, env: EnvIO, seeds: GroupSeeds, generator: torch.Generator
 ) -> RestartPolicy:
-    """Groups restart together where the env can start a sub-env alike (snapshots or seeded
-    resets); else the env's own autoreset restarts each sub-env, and a warning says so."""
+    """Groups restart together where the env allows it; else each alone, with a warning."""
     name = type(env.envs).__name__
     method = env.restart_method
     if method.restarts_itself:

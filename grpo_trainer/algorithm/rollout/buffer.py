@@ -1,8 +1,6 @@
-"""Rollout storage: what the update needs of every env step, on the device, allocated once
-(docs/trainer.md, "Storage and speed"); what fills it (`ExplorationNoise`, `Recorder`), and
-what leaves it: the `Rollout` an update trains on and the `RolloutCheckpoint` a resume
-continues from. `valid`: the step belongs to an episode that counts; `cut`: its episode, or
-the member's path, ends there, so returns stop at it.
+"""Rollout storage, on the device, allocated once (docs/trainer.md, "Storage and speed"); what
+fills it (`ExplorationNoise`, `Recorder`) and what leaves it (`Rollout`, `RolloutCheckpoint`).
+`valid`: the step's episode counts; `cut`: its episode or path ends there (returns stop).
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from grpo_trainer.envs.episodes import EpisodeRunner, RunnerStep
 SampleFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 # Settings a windowed rollout's saved episodes depend on: with others they cannot continue.
 ROLLOUT_FIELDS = ("rollout", "rollout_steps", "window", "num_groups", "group_size")
+BUFFER_TENSORS = ("obs", "actions", "logp", "rewards", "valid", "cut")  # a checkpoint's order
 
 
 def storage_dtype(space: gym.Space, choice: str) -> torch.dtype:
@@ -40,11 +39,8 @@ def storage_dtype(space: gym.Space, choice: str) -> torch.dtype:
 
 
 class RolloutBuffer:
-    """`(rows, num_envs, ...)` tensors, allocated once and reused every update.
-
-    Rows `[0, trained_rows)` are trained on; the last `lookahead_rows` rows are the look-ahead
-    of those returns and become the first rows of the next rollout.
-    """
+    """`(rows, num_envs, ...)` tensors, reused every update: rows `[0, trained_rows)` are
+    trained on; the last `lookahead_rows`, their returns' look-ahead, open the next rollout."""
 
     def __init__(
         self,
@@ -70,14 +66,7 @@ class RolloutBuffer:
 
     @property
     def tensors(self) -> dict[str, torch.Tensor]:
-        return {
-            "obs": self.obs,
-            "actions": self.actions,
-            "logp": self.logp,
-            "rewards": self.rewards,
-            "valid": self.valid,
-            "cut": self.cut,
-        }
+        return {name: getattr(self, name) for name in BUFFER_TENSORS}
 
     @property
     def bytes_per_step(self) -> int:
@@ -143,13 +132,9 @@ class ExplorationNoise:
 
 
 class Recorder:
-    """Plays the policy into the buffer: `act` stores the observation, samples an action from
-    the stored (compact) value, as the update will read it, and stores action and log-prob;
-    `record` stores what the step brought.
-
-    Every operation here runs once per step, so at small batches their count is the cost:
-    values are written straight into the buffer (`copy_` casts).
-    """
+    """Plays the policy into the buffer: `act` samples from the stored (compact) observation,
+    as the update will read it; `record` stores what the step brought. Values are written
+    straight into the buffer (`copy_` casts): at small batches the op count is the cost."""
 
     def __init__(
         self,
@@ -191,8 +176,7 @@ class RolloutCheckpoint(NamedTuple):
     def for_rank(
         cls, payload: dict[str, Any], config: GRPOConfig, collective: Collective, source: str
     ) -> RolloutCheckpoint:
-        """This rank's rollout state in a checkpoint's `payload`, where it was written with the
-        same rollout settings and number of ranks (else `state` is None)."""
+        """This rank's rollout state in `payload`, if written with these settings and ranks."""
         states, saved = payload.get("rollouts") or [], payload["config"]
         same = all(saved.get(k) == getattr(config, k) for k in ROLLOUT_FIELDS)
         ranks = collective.world_size

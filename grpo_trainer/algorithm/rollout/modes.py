@@ -1,8 +1,7 @@
-"""The two rollout modes. `WindowedRollout`, the default: `rollout_steps` new steps per sub-env
-per update, episodes running on across updates; a step's return looks `window` steps ahead, so
-the last `window - 1` rows of a rollout wait, stored, for the next one. `EpisodeRollout`
-(`rollout="episodes"`): every member plays one episode per update, from a fresh group reset,
-for at most `horizon` steps; the horizon follows the episodes."""
+"""The two rollout modes. `WindowedRollout`: `rollout_steps` new steps per sub-env per update,
+episodes running on; returns look `window` steps ahead, so the last `window - 1` rows wait for
+the next rollout. `EpisodeRollout`: one episode per member per update, at most `horizon` steps,
+the horizon following the episodes."""
 
 from __future__ import annotations
 
@@ -96,8 +95,7 @@ class WindowedRollout:
         }
 
     def resume(self, saved: RolloutCheckpoint) -> None:
-        """Continue the episodes a checkpoint left in play, where it holds them for this rank;
-        else every sub-env starts a new one."""
+        """Continue the checkpoint's episodes where it holds them for this rank, else restart."""
         if saved.state is None:
             warnings.warn(
                 f"checkpoint {saved.source} was written with other rollout settings or another "
@@ -172,8 +170,7 @@ class EpisodeRollout:
         return rollout_view(self.buffer, self.runner, self.horizon, self.horizon)
 
     def after_update(self, metrics: dict[str, float]) -> None:
-        """Record the horizon played; shorten the next when every episode ended early, grow
-        it when some were cut."""
+        """Record the horizon; shorten it when every episode ended early, grow it when cut."""
         metrics["horizon"] = self.horizon
         everyone = self.env.num_envs * self.seeds.world_size
         if metrics.get("episodes", 0.0) / everyone < 1.0:

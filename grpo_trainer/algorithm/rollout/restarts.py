@@ -1,9 +1,6 @@
-"""When and how groups start again: every member of a group starts alike, and with state
-snapshots members branch from one another (docs/trainer.md, "Groups").
-
-Two policies, chosen once by what the env offers: `GroupRestarts` (the trainer restarts whole
-groups, by snapshots or seeded resets) and `IndependentRestarts` (the env restarts each
-sub-env through its own autoreset; the trainer only follows).
+"""When and how groups start again (docs/trainer.md, "Groups"): `GroupRestarts` (the trainer
+restarts whole groups alike, by snapshots or seeded resets, and may branch them) or
+`IndependentRestarts` (the env's own autoreset restarts each sub-env; the trainer follows).
 """
 
 from __future__ import annotations
@@ -126,11 +123,8 @@ class GroupRestarts(RestartPolicy):
 
 
 class IndependentRestarts(RestartPolicy):
-    """The env restarts each sub-env itself (its autoreset); the trainer follows.
-
-    With NEXT_STEP autoreset the step after an end is the env's reset step (the action is
-    ignored), so the sub-env counts again from the step after that; with SAME_STEP at once.
-    """
+    """The env restarts each sub-env itself; the trainer follows. With NEXT_STEP the step
+    after an end is a reset step, so the sub-env counts again after it; with SAME_STEP at once."""
 
     def __init__(self, env: EnvIO, group_size: int, seeds: GroupSeeds):
         if env.autoreset_mode == AutoresetMode.DISABLED:
