@@ -212,7 +212,7 @@ def test_window_discount_and_epochs_follow_the_episode_limit(
 ) -> None:
     config = GRPOConfig()
     assert (config.window, config.gamma, config.epochs) == (None, None, None)
-    resolved = config.for_episode_limit(limit)
+    resolved = config.resolve(limit)
     assert resolved.window == window
     assert resolved.gamma == pytest.approx(1 - 1 / window)
     assert resolved.epochs == epochs
@@ -222,7 +222,7 @@ def test_window_discount_and_epochs_follow_the_episode_limit(
 def test_fields_set_by_hand_are_kept() -> None:
     config = GRPOConfig(
         num_groups=3, window=16, gamma=0.9, epochs=2, minibatch_size=100, lr=0.5
-    ).for_episode_limit(1000)
+    ).resolve(1000)
     assert (config.num_groups, config.window, config.gamma) == (3, 16, 0.9)
     assert (config.epochs, config.minibatch_size, config.lr) == (2, 100, 0.5)
     assert GRPOConfig(window=64).epochs == 6 and GRPOConfig(window=64).gamma == 1 - 1 / 64
