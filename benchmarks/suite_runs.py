@@ -206,7 +206,7 @@ def run_grpo(task: Task, job: dict[str, Any]) -> dict[str, Any]:
     probe.begin()
     with contextlib.suppress(_Enough):
         trainer.train(callbacks=[probe])
-    for env in (envs, eval_envs):
+    for env in (trainer.env.envs, eval_envs):
         if env is not None:
             env.close()
     import grpo_trainer
