@@ -23,10 +23,10 @@ stops before it starts, naming the id:
   train command's own parser and resolution, `config_from_args(build_parser().parse_args(
   ["train", "--env", ENV, "--total-env-steps", BUDGET, "--seed", SEED, ...]))` (`--device
   cpu --no-progress --eval-every 0` besides: where it runs, not what it learns), and
-  `GRPOTrainer(make_envs(config, config.num_envs, device), config).train(callbacks=[...])`
-  runs it: the harness `python -m grpo_trainer train` runs, with one more callback that
-  evaluates. Nothing here builds a `GRPOConfig` itself, so the figures are what the command
-  line gives.
+  `open_run(config, device).train(callbacks=[...])` runs it (the command's way into a
+  run: the env made once, the config resolved from its contract): the harness `python -m
+  grpo_trainer train` runs, with one more callback that evaluates. Nothing here builds a
+  `GRPOConfig` itself, so the figures are what the command line gives.
 * a variant, `--set NAME=JSON` (repeatable): config fields as the train command takes them,
   `{"gamma": 0.999, "hidden_sizes": [32, 32], "env_kwargs": {...}, "compile": false}`,
   turned into its flags (`variant_flags`) after the task's; `{"env": "gymnax:CartPole-v1"}`

@@ -167,8 +167,11 @@ def run_grpo(task: Task, job: dict[str, Any]) -> dict[str, Any]:
     device = accel.resolve_device(config.run.device)
     torch.set_float32_matmul_precision("high")  # as the train command sets it
     start = time.perf_counter()
-    envs = envs_module.make_envs(config, config.num_envs, device)
-    trainer = trainer_module.GRPOTrainer(envs, config)
+    if hasattr(trainer_module, "open_run"):  # the train command's way into a run
+        trainer = trainer_module.open_run(config, device)
+    else:  # a revision from before it (--against)
+        envs = envs_module.make_envs(config, config.num_envs, device)
+        trainer = trainer_module.GRPOTrainer(envs, config)
     throughput = job.get("throughput")
     episodes = job["eval_episodes"]
     eval_envs = (
@@ -203,7 +206,7 @@ def run_grpo(task: Task, job: dict[str, Any]) -> dict[str, Any]:
     probe.begin()
     with contextlib.suppress(_Enough):
         trainer.train(callbacks=[probe])
-    for env in (envs, eval_envs):
+    for env in (trainer.env.envs, eval_envs):
         if env is not None:
             env.close()
     import grpo_trainer

@@ -212,17 +212,38 @@ def test_window_discount_and_epochs_follow_the_episode_limit(
 ) -> None:
     config = GRPOConfig()
     assert (config.window, config.gamma, config.epochs) == (None, None, None)
-    resolved = config.for_episode_limit(limit)
+    resolved = config.resolve(limit)
     assert resolved.window == window
     assert resolved.gamma == pytest.approx(1 - 1 / window)
     assert resolved.epochs == epochs
     assert resolved.num_groups == config.num_groups  # the env's size does not move
 
 
+def test_a_config_is_a_frozen_record() -> None:
+    """What a run resolved cannot change under it; `dataclasses.replace` makes another."""
+    config = GRPOConfig().resolve(200)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.lr = 1.0  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.run.device = "cuda"  # type: ignore[misc]
+    assert dataclasses.replace(config, lr=1e-3).lr == 1e-3 and config.lr == 1e-2
+    assert config.resolve(500) is config  # resolved once: another limit changes nothing
+
+
+def test_resolve_keeps_only_what_was_derived() -> None:
+    """A resumed run keeps its derived values; a field the user set is not the run's to keep."""
+    asked = GRPOConfig(lr=3e-3)
+    kept = asked.resolve(200, {"num_groups": 8, "window": 64})
+    assert (kept.num_groups, kept.window, kept.lr, kept.epochs) == (8, 64, 3e-3, 6)
+    assert kept.derived == asked.derived
+    with pytest.raises(ValueError, match=r"not derived by this config: \['lr'\]"):
+        asked.resolve(200, {"lr": 1e-2})
+
+
 def test_fields_set_by_hand_are_kept() -> None:
     config = GRPOConfig(
         num_groups=3, window=16, gamma=0.9, epochs=2, minibatch_size=100, lr=0.5
-    ).for_episode_limit(1000)
+    ).resolve(1000)
     assert (config.num_groups, config.window, config.gamma) == (3, 16, 0.9)
     assert (config.epochs, config.minibatch_size, config.lr) == (2, 100, 0.5)
     assert GRPOConfig(window=64).epochs == 6 and GRPOConfig(window=64).gamma == 1 - 1 / 64

@@ -4,6 +4,7 @@ row stop training with the last good checkpoint intact. Fused and foreach AdamW 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import math
@@ -195,7 +196,7 @@ def test_consecutive_skips_stop_training_with_the_last_good_checkpoint(
 def test_a_due_checkpoint_waits_for_a_clean_update(tmp_path: Path) -> None:
     """Update 2 is due (every 2) but skipped: its checkpoint is written after update 3."""
     trainer = make_trainer(poison={2, 4}, run_dir=tmp_path, checkpoint_every=2)
-    trainer.config.total_env_steps = 5 * 4 * LENGTH
+    trainer.config = dataclasses.replace(trainer.config, total_env_steps=5 * 4 * LENGTH)
     trainer.train()  # two isolated skips: below max_consecutive_skips, training goes on
     folder = tmp_path / "checkpoints"
     numbered = sorted(p.name for p in folder.glob("update-*"))

@@ -205,7 +205,7 @@ def test_the_learning_rate_follows_the_minibatch_an_update_can_hold() -> None:
 def test_episodes_mode_clamps_to_the_episode_limit() -> None:
     with pytest.warns(UserWarning, match="more than an update's 200 samples"):
         config = GRPOConfig(num_groups=2, group_size=2, rollout="episodes", minibatch_size=10**4)
-        resolved = config.for_episode_limit(50)
+        resolved = config.resolve(50)
     assert (resolved.minibatch_size, resolved.lr) == (200, lr_for(200))
 
 

@@ -236,9 +236,8 @@ def test_a_resumed_run_continues_its_wandb_run(offline: Path) -> None:
 def test_a_new_run_in_a_used_run_directory_starts_a_new_wandb_run(offline: Path) -> None:
     """The second run replaces the first (`overwrite`: a fresh run refuses a folder that
     holds a run otherwise) and logs as a new W&B run beside the first's log."""
-    config = _config(offline, eval_every=0)
     for overwrite in (False, True):
-        config.run.overwrite = overwrite
+        config = _config(offline, eval_every=0, overwrite=overwrite)
         GRPOTrainer(make_envs(config, config.num_envs, torch.device("cpu")), config).train()
     logs = sorted((offline / "run").glob("wandb/offline-run-*/run-*.wandb"))
     ids = {r.run.run_id for p in logs for r in _records(p) if r.WhichOneof("record_type") == "run"}

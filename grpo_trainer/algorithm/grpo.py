@@ -67,9 +67,8 @@ class GRPO:
         self.device = distributed.rank_device(own or resolve_device(run.device))
         self.amp = resolve_amp(run.amp, self.device)
         self.env = EnvIO(envs, self.device)
-        # the window follows the episode limit (the trainer's own, else the env's)
-        limit = cfg.max_episode_steps or self.env.max_episode_steps()
-        self.config = cfg = cfg.for_episode_limit(limit)
+        # the window follows the episode limit (open_run's config is resolved already)
+        self.config = cfg = cfg.resolve(self.env.max_episode_steps())
         if self.env.num_envs != cfg.num_envs:
             raise ValueError(
                 f"the env has {self.env.num_envs} sub-envs but num_groups x group_size = "

@@ -9,12 +9,14 @@ the `_help` entry of the `config.json` every run directory holds.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
 import types
 import typing
 import warnings
+from collections.abc import Callable
 from typing import Any, Literal, get_args, get_origin
 
 # The batch a run gets by default follows its budget (docs/trainer.md, "Defaults that
@@ -159,7 +161,7 @@ def markdown_table(cls: type) -> str:
     return "\n".join(lines)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     """Where and how a run executes; nothing here changes the maths of the algorithm."""
 
@@ -228,7 +230,7 @@ class RunConfig:
         for name in ("run_dir", "resume"):
             value = getattr(self, name)
             if isinstance(value, os.PathLike):
-                setattr(self, name, os.fspath(value))
+                object.__setattr__(self, name, os.fspath(value))
             elif value is not None and not isinstance(value, str):
                 raise ValueError(f"{name} must be a path or None, got {value!r}")
         for name in ("wandb_entity", "wandb_name"):
@@ -264,10 +266,15 @@ class RunConfig:
             raise ValueError(f"compile must be true, false or null, got {self.compile!r}")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class GRPOConfig:
     """The GRPO algorithm. The defaults are the fast path, chosen by the seed study in
-    docs/trainer.md: FruitCatcher-v0 past a 0.70 catch rate on every seed studied."""
+    docs/trainer.md: FruitCatcher-v0 past a 0.70 catch rate on every seed studied.
+
+    A frozen record: the fields left None are derived on construction from the device and
+    the budget, and by `resolve` from the env (the window, then gamma and epochs); `derived`
+    names them. The resolved config is what `GRPO` trains with, what the run logs, and what
+    config.json and every checkpoint hold."""
 
     # -- batch and rollout --
     num_groups: int | None = _field(
@@ -375,38 +382,34 @@ class GRPOConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.run, dict):
-            self.run = RunConfig(**self.run)
+            object.__setattr__(self, "run", RunConfig(**self.run))
         # What this config derives rather than was given: `inputs()` leaves these unset, so
         # that a config rebuilt with another budget or env derives them again.
-        self._derived = frozenset(n for n in DERIVED_FIELDS if getattr(self, n) is None)
+        object.__setattr__(
+            self, "_derived", frozenset(n for n in DERIVED_FIELDS if getattr(self, n) is None)
+        )
         for name in ("hidden_sizes", "cnn_channels"):
             if isinstance(getattr(self, name), list):
-                setattr(self, name, tuple(getattr(self, name)))
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         device = device_defaults(self.run.device if isinstance(self.run, RunConfig) else "cpu")
-        if self.total_env_steps is None:
-            self.total_env_steps = device.total_env_steps
-        if self.anchor_samples is None:
-            self.anchor_samples = device.max_samples
+        derive = functools.partial(_derive, self)
+        derive("total_env_steps", lambda: device.total_env_steps)
+        derive("anchor_samples", lambda: device.max_samples)
         _check_int(self, "group_size", minimum=2)
         _check_int(self, "total_env_steps", minimum=1)
         _check_int(self, "rollout_steps", minimum=1)
         if self.window is not None:
             _check_int(self, "window", minimum=1)
-        if self.num_groups is None:  # the budget's batch (samples_per_update)
-            samples = samples_per_update(self.total_env_steps, device.max_samples)
-            self.num_groups = max(1, samples // (self.rollout_steps * self.group_size))
+        samples = samples_per_update(self.total_env_steps, device.max_samples)  # the budget's
+        derive("num_groups", lambda: max(1, samples // (self.rollout_steps * self.group_size)))
         _check_int(self, "num_groups", minimum=1)
-        if self.minibatch_size is None:
-            self.minibatch_size = max(1, self.num_envs * self.rollout_steps // MINIBATCHES)
+        derive("minibatch_size", lambda: max(1, self.num_envs * self.rollout_steps // MINIBATCHES))
         _check_int(self, "anchor_samples", minimum=1)
         _clamp_minibatch(self, self.max_episode_steps)
-        if self.lr is None:
-            self.lr = lr_for(self.minibatch_size, device.max_lr)
-        if self.window is not None:  # else resolved with the env (for_episode_limit)
-            if self.gamma is None:
-                self.gamma = 1.0 - 1.0 / self.window
-            if self.epochs is None:
-                self.epochs = epochs_for(self.rollout_steps, self.window)
+        derive("lr", lambda: lr_for(self.minibatch_size, device.max_lr))
+        if self.window is not None:  # else derived from the env's episode limit (resolve)
+            derive("gamma", lambda: 1.0 - 1.0 / self.window)
+            derive("epochs", lambda: epochs_for(self.rollout_steps, self.window))
         if self.max_episode_steps is not None:
             _check_int(self, "max_episode_steps", minimum=1)
         _check_int(self, "restart_every", minimum=1)
@@ -454,26 +457,28 @@ class GRPOConfig:
         assert self.num_groups is not None  # resolved in __post_init__
         return self.num_groups * self.group_size
 
-    def for_episode_limit(self, episode_limit: int | None) -> GRPOConfig:
-        """This config with `window` (and with it `gamma` and `epochs`) set from the env's
-        episode limit, where they are None."""
-        if self.window is not None:
+    def resolve(self, episode_limit: int | None, kept: dict[str, Any] | None = None) -> GRPOConfig:
+        """The config a run trains with: what was asked, the values a resumed run keeps
+        (`kept`: what it derived before; a new budget extends a run, it does not reshape it),
+        and the rest derived once, the window from the episode limit (the trainer's
+        `max_episode_steps`, else the env's `episode_limit`). `derived` still names every
+        derived field, as config.json will."""
+        kept = kept or {}
+        if not set(kept) <= self._derived:
+            raise ValueError(f"not derived by this config: {sorted(set(kept) - self._derived)}")
+        limit = self.max_episode_steps or episode_limit
+        if self.window is not None and not kept:
             return self
-        resolved = dataclasses.replace(self, window=window_for(episode_limit))
-        resolved._derived = self._derived  # window, gamma and epochs: derived here
-        _clamp_minibatch(resolved, self.max_episode_steps or episode_limit)
-        if "lr" in self._derived:
-            resolved.lr = lr_for(resolved.minibatch_size, device_defaults(self.run.device).max_lr)
+        asked = {**self.inputs(), **kept}
+        asked["window"] = asked["window"] or window_for(limit)
+        resolved = GRPOConfig.from_dict(asked)
+        object.__setattr__(resolved, "_derived", self._derived)
+        if "minibatch_size" not in kept:  # episodes mode: an update is num_envs x the limit
+            _clamp_minibatch(resolved, limit)
+        if "lr" in self._derived and "lr" not in kept:
+            lr = lr_for(resolved.minibatch_size, device_defaults(self.run.device).max_lr)
+            object.__setattr__(resolved, "lr", lr)
         return resolved
-
-    def with_derived(self, values: dict[str, Any]) -> GRPOConfig:
-        """This config with derived fields set to `values` (what a resumed run derived),
-        still named derived."""
-        if not set(values) <= self._derived:
-            raise ValueError(f"not derived by this config: {sorted(set(values) - self._derived)}")
-        config = GRPOConfig.from_dict({**self.inputs(), **values})
-        config._derived = self._derived
-        return config
 
     @property
     def derived(self) -> tuple[str, ...]:
@@ -521,7 +526,7 @@ def _clamp_minibatch(config: GRPOConfig, episode_limit: int | None) -> None:
             f"samples: using {min(most)} (the learning rate follows it)",
             stacklevel=5,
         )
-        config.minibatch_size = min(most)
+        object.__setattr__(config, "minibatch_size", min(most))
 
 
 def without_derived(data: dict[str, Any]) -> dict[str, Any]:
@@ -546,6 +551,12 @@ def parse_target(text: str) -> tuple[str, float]:
             f"return=475, got {text!r}"
         )
     return name.strip(), number
+
+
+def _derive(config: GRPOConfig, name: str, value: Callable[[], Any]) -> None:
+    """Set a derived field left None to its default (`value()`, from the fields before it)."""
+    if getattr(config, name) is None:
+        object.__setattr__(config, name, value())
 
 
 def _reject_unknown(cls: type, data: dict[str, Any]) -> None:
@@ -580,7 +591,7 @@ def _check_float(
     if too_low or too_high:
         left, right = "(" if low_open else "[", ")" if high_open else "]"
         raise ValueError(f"{name} must be in {left}{low}, {high}{right}, got {value}")
-    setattr(obj, name, float(value))
+    object.__setattr__(obj, name, float(value))
 
 
 def _check_choice(obj: object, name: str, choices: Any) -> None:

@@ -39,10 +39,41 @@ def load_policy(
     own = envs is None
     envs = envs if envs is not None else make_envs(config, 1, device)
     try:
-        obs_space, action_space = envs.single_observation_space, envs.single_action_space
-        spaces = checkpoint.space_signature(obs_space, action_space)
-        checkpoint.check_compatible(payload, Path(path), spaces, config.to_dict())
-        policy = build_policy(config, obs_space, action_space)
+        return _checked_policy(payload, Path(path), config, envs, device), config, payload
+    finally:
+        if own:
+            envs.close()
+
+
+def open_policy(
+    path: str | Path, device: torch.device, num_envs: int = 1, **env_kwargs: Any
+) -> tuple[Policy, gym.vector.VectorEnv]:
+    """The eval and play commands' way in: the checkpoint read once, `num_envs` envs of its
+    run's env made as the run made them (`make_envs`, on `device`, `env_kwargs` added), and
+    its policy checked against them."""
+    payload = checkpoint.load(path)
+    config = GRPOConfig.from_dict(payload["config"])
+    envs = make_envs(config, num_envs, device, **env_kwargs)
+    try:
+        return _checked_policy(payload, Path(path), config, envs, device), envs
+    except BaseException:
+        envs.close()
+        raise
+
+
+def _checked_policy(
+    payload: dict[str, Any],
+    path: Path,
+    config: GRPOConfig,
+    envs: gym.vector.VectorEnv,
+    device: torch.device,
+) -> Policy:
+    """The checkpoint's policy, refused (naming each difference) where it does not fit."""
+    obs_space, action_space = envs.single_observation_space, envs.single_action_space
+    spaces = checkpoint.space_signature(obs_space, action_space)
+    checkpoint.check_compatible(payload, path, spaces, config.to_dict())
+    policy = build_policy(config, obs_space, action_space)
+    try:
         policy.load_state_dict(payload["policy"])
     except RuntimeError as err:  # the weights are not those of the network the config names
         network = {name: getattr(config, name) for name in checkpoint.ARCHITECTURE_FIELDS}
@@ -50,10 +81,7 @@ def load_policy(
             f"checkpoint {path}: its weights do not fit the network its config describes "
             f"({network}) for this env's spaces: {err}"
         ) from None
-    finally:
-        if own:
-            envs.close()
-    return policy.to(device).eval(), config, payload
+    return policy.to(device).eval()
 
 
 @torch.inference_mode()

@@ -21,6 +21,7 @@ from grpo_trainer.base import checkpoint
 from grpo_trainer.base.accel import resolve_device
 from grpo_trainer.base.config import GRPOConfig
 from grpo_trainer.envs import make_envs
+from grpo_trainer.envs.contract import read_contract
 from grpo_trainer.run.callbacks import Callback
 from grpo_trainer.run.files import resumed_best
 from grpo_trainer.run.harness import Harness
@@ -93,28 +94,27 @@ class GRPOTrainer(GRPO):
 
 
 def open_run(config: GRPOConfig, device: torch.device | None = None) -> GRPOTrainer:
-    """The one way into a run (the train command, a sweep's trials): the checkpoint to resume
-    read once, whose derived batch, learning rate and window the run keeps unless they are set
-    again (a new budget extends a run, it does not reshape it); the env made once, on the
-    run's device (`device`, else `config.run.device` resolved), and the trainer over it."""
-    resumed = None
+    """The one way into a run (the train command, `.train()` scripts that start here, a
+    sweep's trials, the suite): the checkpoint to resume read once, the env made once on the
+    run's device (`device`, else `config.run.device` resolved), its contract read, and the
+    config resolved once from both (`GRPOConfig.resolve`): a resumed run keeps what it
+    derived (its batch, learning rate and window) unless they are set again."""
+    resumed, kept = None, {}
     if config.run.resume:
         resumed = checkpoint.load_for_resume(config.run.resume)
         saved = resumed[0].get("config") or {}
-        config = config.with_derived(
-            {name: saved[name] for name in config.derived if saved.get(name) is not None}
-        )
+        kept = {name: saved[name] for name in config.derived if saved.get(name) is not None}
     device = device or resolve_device(config.run.device)
+    num_envs = kept.get("num_groups", config.num_groups) * config.group_size
     try:
-        envs = make_envs(config, config.num_envs, device)
+        envs = make_envs(config, num_envs, device)
     except (TypeError, ValueError) as err:  # the env's own check of its kwargs
         raise ValueError(
             f"argument --env/--env-kwargs: cannot make {config.run.env!r} with "
             f"{config.run.env_kwargs}: {err}"
         ) from None
-    log.info("training %s on %s with %d sub-envs", config.run.env, device, config.num_envs)
-    trainer = GRPOTrainer(envs, config, resumed=resumed)
-    resolved = trainer.config  # the window, gamma and epochs follow the env's episode limit
-    derived = ", ".join(f"{name}={getattr(resolved, name)}" for name in resolved.derived)
+    config = config.resolve(read_contract(envs).episode_limit, kept)
+    derived = ", ".join(f"{name}={getattr(config, name)}" for name in config.derived)
+    log.info("training %s on %s with %d sub-envs", config.run.env, device, num_envs)
     log.info("derived (config.json names them): %s", derived or "none")
-    return trainer
+    return GRPOTrainer(envs, config, resumed=resumed)

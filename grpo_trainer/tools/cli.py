@@ -26,7 +26,7 @@ from grpo_trainer.run.evaluation import (
     EVAL_SEED,
     MAX_EVAL_ENVS,
     evaluate,
-    load_policy,
+    open_policy,
     play_episode,
     write_animation,
 )
@@ -292,18 +292,11 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checkpoint_policy(args: argparse.Namespace, num_envs: int, **env_kwargs: Any) -> Any:
-    """`--checkpoint`'s policy on `--device`, and `num_envs` envs of its config's env."""
-    device = resolve_device(args.device)
-    config = GRPOConfig.from_dict(checkpoint.load(args.checkpoint)["config"])
-    envs = make_envs(config, num_envs, device, **env_kwargs)
-    return load_policy(args.checkpoint, device, envs)[0], envs
-
-
 def _eval(args: argparse.Namespace) -> int:
     if args.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
-    policy, envs = _checkpoint_policy(args, args.num_envs or min(args.episodes, MAX_EVAL_ENVS))
+    num_envs = args.num_envs or min(args.episodes, MAX_EVAL_ENVS)
+    policy, envs = open_policy(args.checkpoint, resolve_device(args.device), num_envs)
     result = evaluate(policy, envs, args.episodes, greedy=not args.sampled, seed=args.seed)
     result["greedy"] = float(not args.sampled)
     if args.json:
@@ -315,7 +308,8 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _play(args: argparse.Namespace) -> int:
-    policy, envs = _checkpoint_policy(args, 1, render_mode="ansi" if args.ansi else "rgb_array")
+    mode = "ansi" if args.ansi else "rgb_array"
+    policy, envs = open_policy(args.checkpoint, resolve_device(args.device), render_mode=mode)
     frames = play_episode(policy, envs, steps=args.steps, seed=args.seed)
     if args.ansi:
         for frame in frames:
