@@ -218,15 +218,10 @@ class RunConfig:
     )
 
     def __post_init__(self) -> None:
-        _check_choice(self, "amp", AmpMode)
-        _check_choice(self, "compile_mode", CompileMode)
-        _check_choice(self, "wandb_mode", WandbMode)
+        _check_annotated(self)
         _check_int(self, "seed", minimum=0)
         if self.seed >= 2**63:
             raise ValueError(f"seed must be below 2**63, got {self.seed}")
-        for name in ("fused_optimizer", "overwrite", "progress", "tensorboard", "wandb"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("run_dir", "resume"):
             value = getattr(self, name)
             if isinstance(value, os.PathLike):
@@ -418,12 +413,7 @@ class GRPOConfig:
             _check_int(self, name, minimum=1)
         if self.epochs is not None:
             _check_int(self, "epochs", minimum=1)
-        _check_choice(self, "rollout", RolloutMode)
-        _check_choice(self, "advantage", AdvantageMode)
-        _check_choice(self, "scale", ScaleMode)
-        _check_choice(self, "lr_schedule", Schedule)
-        _check_choice(self, "activation", Activation)
-        _check_choice(self, "obs_storage", ObsStorage)
+        _check_annotated(self)
         if self.gamma is not None:
             _check_float(self, "gamma", 0.0, 1.0)
         _check_float(self, "zero_std_eps", 0.0, math.inf)
@@ -434,8 +424,6 @@ class GRPOConfig:
         _check_float(self, "entropy_coef", 0.0, math.inf)
         _check_float(self, "max_grad_norm", 0.0, math.inf, low_open=True)
         _check_float(self, "lr", 0.0, math.inf, low_open=True)
-        if not isinstance(self.branch_ended, bool):
-            raise ValueError(f"branch_ended must be true or false, got {self.branch_ended!r}")
         for name in ("hidden_sizes", "cnn_channels"):
             value = getattr(self, name)
             if not isinstance(value, tuple) or not all(
@@ -594,8 +582,12 @@ def _check_float(
     object.__setattr__(obj, name, float(value))
 
 
-def _check_choice(obj: object, name: str, choices: Any) -> None:
-    value = getattr(obj, name)
-    allowed = get_args(choices)
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+def _check_annotated(obj: object) -> None:
+    """The checks a field's annotation implies: a `Literal` field holds one of its values, a
+    `bool` field a bool."""
+    for name, hint in typing.get_type_hints(type(obj)).items():
+        value = getattr(obj, name)
+        if get_origin(hint) is Literal and value not in get_args(hint):
+            raise ValueError(f"{name} must be one of {list(get_args(hint))}, got {value!r}")
+        if hint is bool and not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false, got {value!r}")

@@ -1,20 +1,12 @@
 """Making the vector env a config names: `gymnasium.make_vec`, then the env's contract.
 
-A vector entry point (a native vector env, class or function) is asked for the trainer's
-`device`; one that refuses the keyword (Gymnasium's numpy vector envs) is made without it.
-Per-sub-env envs (sync and async vectorization) never get it. No entry point's signature is
-read: the env's fast options are set on the instance once it is made, from what the instance
-declares (`contract.apply_fast_options`), so a game registered as a function gets the same as
-one registered as a class. The user's `env_kwargs` win.
-
-Envs from libraries with their own vector API come through `FACTORIES`, by a prefix:
-`gymnax:CartPole-v1` (JAX envs in our `GymnaxVectorEnv`: one compiled step, torch in and
-out through DLPack, state snapshots), `envpool:CartPole-v1` and `minatar:Breakout-v1`. Each
-factory imports its library only when called, and says (once, as a warning) what the env
-lacks and what the trainer does instead. Other ids, `module:EnvId` included, go to
-`gymnasium.make_vec`. The modules beside this one give each env family the sub-env state
-protocol that GRPO's groups need (`state` picks one for an env), and read what the trainer
-needs from an env (`contract`).
+A vector entry point is asked for the trainer's `device`; one that refuses the keyword
+(Gymnasium's numpy vector envs) is made without it, and per-sub-env envs never get it. The
+env's fast options are then set on the instance from what it declares
+(`contract.apply_fast_options`, no signature read), so a game registered as a function gets
+the same as one registered as a class; the user's `env_kwargs` win. Libraries with their own
+vector API come through `FACTORIES`, by prefix (`gymnax:`, `envpool:`, `minatar:`), each
+importing its library only when called and warning once about what its envs lack.
 """
 
 from __future__ import annotations
