@@ -2,10 +2,12 @@
 
 * `fruit_env.kit`: any game written as pure tensor functions (`TensorGame`) as a vector env
   whose whole state lives in torch tensors on one device (`TensorVectorEnv`).
-* `fruit_env.games`: Fruit Catcher and MinAtar Breakout (gymnax's rules) on the kit.
+* `fruit_env.games`: Fruit Catcher and four MinAtar games (Breakout, Asterix, Freeway, Space
+  Invaders; gymnax's rules) on the kit.
 * `fruit_env.interop`: zero-copy views for numpy/JAX/CuPy, and adapters for other RL code.
 
-Importing this package registers `FruitCatcher-v0` and `Breakout-MinAtar-v0`:
+Importing this package registers `FruitCatcher-v0` and the MinAtar games (`Breakout-MinAtar-v0`,
+`Asterix-MinAtar-v0`, `Freeway-MinAtar-v0`, `SpaceInvaders-MinAtar-v0`; `make_vec` only):
 
     envs = gymnasium.make_vec("FruitCatcher-v0", num_envs=4096, device="cuda")  # torch tensors
     env = gymnasium.make("FruitCatcher-v0")                                   # one numpy game
@@ -13,7 +15,6 @@ Importing this package registers `FruitCatcher-v0` and `Breakout-MinAtar-v0`:
 """
 
 from fruit_env.games.fruit_catcher import FruitCatcherEnv, FruitCatcherVectorEnv, FruitParams
-from fruit_env.games.minatar_breakout import BreakoutVectorEnv
 from fruit_env.kit import TensorGame, TensorVectorEnv
 from fruit_env.registration import BREAKOUT_ID, ENV_ID, register_envs
 
@@ -22,7 +23,6 @@ register_envs()
 __all__ = [
     "BREAKOUT_ID",
     "ENV_ID",
-    "BreakoutVectorEnv",
     "FruitCatcherEnv",
     "FruitCatcherVectorEnv",
     "FruitParams",

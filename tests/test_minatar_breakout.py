@@ -30,6 +30,7 @@ from fruit_env.games.minatar_breakout.rules import (
     observe,
     truncated,
 )
+from tests.minatar_laws import assert_same_law
 
 jax = pytest.importorskip(
     "jax", reason="the reference rules are gymnax's Breakout, which needs jax (the gymnax extra)"
@@ -264,56 +265,7 @@ def test_starts_are_gymnax_starts(gym: Any) -> None:
         assert abs(min(counts.values()) - n / 2) < 5 * math.sqrt(n / 4), counts
 
 
-def test_the_time_limit_is_gymnax_max_steps(gym: Any) -> None:
-    assert gym.params.max_steps_in_episode == MAX_STEPS_IN_EPISODE
-    state = initial_state(torch.zeros(3, dtype=torch.int64))
-    state = state._replace(time=torch.tensor([998, 999, 1000], dtype=torch.int32))
-    assert truncated(state).tolist() == [False, False, True]
-    new, _, _ = advance(state, torch.zeros(3, dtype=torch.int64))
-    assert truncated(new).tolist() == [False, True, True]
-
-
-@pytest.mark.parametrize(
-    "bits", [torch.zeros(3, dtype=torch.int32), torch.zeros(3, 1, dtype=torch.int64)]
-)
-def test_initial_state_names_bad_bits(bits: torch.Tensor) -> None:
-    with pytest.raises(ValueError, match=r"bits must be an \(N,\) int64 tensor, got"):
-        initial_state(bits)
-
-
-def test_rules_trace_on_the_meta_device() -> None:
-    """No host read and no data-dependent shape: the rules run on shapes alone. Every field
-    is an `(N,)` int32 or bool tensor, and stays so."""
-    state = initial_state(torch.zeros(5, dtype=torch.int64, device="meta"))
-    new, reward, terminated = advance(state, torch.zeros(5, dtype=torch.int64, device="meta"))
-    obs = observe(new)
-    assert all(field.shape == (5,) and field.is_meta for field in new)
-    assert {field.dtype for field in state} == {torch.int32, torch.bool}
-    assert [field.dtype for field in new] == [field.dtype for field in state]
-    assert (reward.shape, reward.dtype) == ((5,), torch.float32)
-    assert (terminated.shape, terminated.dtype) == ((5,), torch.bool)
-    assert (obs.shape, obs.dtype) == ((5, *OBS_SHAPE), torch.bool)
-    assert [(t.shape, t.dtype) for t in episode(new)] == [
-        ((5,), torch.float32),
-        ((5,), torch.int32),
-    ]
-
-
 # --- random play as distributions ----------------------------------------------------------
-
-
-def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
-    """The two-sample Kolmogorov-Smirnov statistic: the largest gap between the two ECDFs."""
-    grid = np.union1d(a, b)
-    cdf_a = np.searchsorted(np.sort(a), grid, side="right") / len(a)
-    cdf_b = np.searchsorted(np.sort(b), grid, side="right") / len(b)
-    return float(np.abs(cdf_a - cdf_b).max())
-
-
-def ks_threshold(n: int, m: int, alpha: float) -> float:
-    """The statistic that two samples of one continuous law exceed with probability `alpha`
-    (asymptotic); for discrete laws like these the test is conservative."""
-    return math.sqrt(-math.log(alpha / 2) / 2) * math.sqrt((n + m) / (n * m))
 
 
 def gymnax_episodes(gym: Any, num_envs: int, per_env: int, seed: int) -> np.ndarray:
@@ -385,18 +337,6 @@ def torch_episodes(num_envs: int, per_env: int, seed: int, rules: Any = advance)
         )
         ret = torch.where(ended_t, 0.0, ret)
     return episodes.reshape(-1, 2)
-
-
-def assert_same_law(ours: np.ndarray, theirs: np.ndarray, what: str) -> None:
-    """Means within 4 standard errors of their difference, and a KS statistic below its
-    alpha = 1e-4 threshold for the sample sizes."""
-    n, m = len(ours), len(theirs)
-    se = math.sqrt(ours.var(ddof=1) / n + theirs.var(ddof=1) / m)
-    gap = abs(ours.mean() - theirs.mean())
-    means = f"{ours.mean():.4f} vs {theirs.mean():.4f}"
-    assert gap < 4 * se, f"{what}: mean {means} ({gap / se:.1f} SE)"
-    ks, limit = ks_statistic(ours, theirs), ks_threshold(n, m, 1e-4)
-    assert ks < limit, f"{what}: KS statistic {ks:.4f} >= {limit:.4f}"
 
 
 @pytest.mark.slow

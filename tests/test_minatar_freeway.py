@@ -48,7 +48,7 @@ gymnax = pytest.importorskip("gymnax", reason="the reference rules are gymnax's 
 jnp = jax.numpy
 from gymnax.environments.minatar.freeway import EnvState  # noqa: E402
 
-from tests.test_minatar_breakout import assert_same_law  # noqa: E402
+from tests.minatar_laws import assert_same_law  # noqa: E402
 
 LANES = np.arange(1, NUM_CARS + 1, dtype=np.int32)
 SCALAR_FIELDS = ("pos", "move_timer", "time", "terminal")
@@ -332,44 +332,6 @@ def test_starts_are_distributed_as_gymnax_starts(gym: Any) -> None:
         assert torch.equal(state.car_timer, state.car_speed.abs())
     for name in ("pos", "car_x", "move_timer", "time", "terminal", "score"):
         assert torch.equal(getattr(ours, name), getattr(theirs, name)), name
-
-
-def test_the_time_limit_is_gymnax_max_steps(gym: Any) -> None:
-    assert gym.params.max_steps_in_episode == MAX_STEPS_IN_EPISODE
-    state = initial_state(torch.zeros(3, dtype=torch.int64))
-    state = state._replace(time=torch.tensor([2498, 2499, 2500], dtype=torch.int32))
-    assert truncated(state).tolist() == [False, False, True]
-    new, _, terminated = advance(state, torch.zeros(3, dtype=torch.int64), torch.zeros(3).long())
-    assert truncated(new).tolist() == [False, True, True] and not terminated.any()
-    assert truncated(new, limit=2501).tolist() == [False, False, True]
-
-
-@pytest.mark.parametrize(
-    "bits", [torch.zeros(3, dtype=torch.int32), torch.zeros(3, 1, dtype=torch.int64)]
-)
-def test_initial_state_names_bad_bits(bits: torch.Tensor) -> None:
-    with pytest.raises(ValueError, match=r"bits must be an \(N,\) int64 tensor, got"):
-        initial_state(bits)
-
-
-def test_rules_trace_on_the_meta_device() -> None:
-    """No host read and no data-dependent shape: the rules run on shapes alone. Every field
-    is an `(N,)` or `(N, 8)` int32 or bool tensor, and stays so."""
-    bits = torch.zeros(5, dtype=torch.int64, device="meta")
-    state = initial_state(bits)
-    new, reward, terminated = advance(state, torch.zeros(5, dtype=torch.int64, device="meta"), bits)
-    obs = observe(new)
-    assert all(field.shape[0] == 5 and field.is_meta for field in new)
-    assert [f.shape[1:] for f in new] == [(), *[(NUM_CARS,)] * 3, (), (), (), ()]
-    assert {field.dtype for field in state} == {torch.int32, torch.bool}
-    assert [field.dtype for field in new] == [field.dtype for field in state]
-    assert (reward.shape, reward.dtype) == ((5,), torch.float32)
-    assert (terminated.shape, terminated.dtype) == ((5,), torch.bool)
-    assert (obs.shape, obs.dtype) == ((5, *OBS_SHAPE), torch.bool)
-    assert [(t.shape, t.dtype) for t in episode(new)] == [
-        ((5,), torch.float32),
-        ((5,), torch.int32),
-    ]
 
 
 # --- random play as distributions ----------------------------------------------------------

@@ -1,12 +1,11 @@
 """MinAtar Breakout with gymnax's rules: a ball, a paddle and three rows of bricks on 10x10.
 
 `rules` is the game as pure tensor functions (tested against gymnax's `Breakout-MinAtar`);
-`game` hands them to the kit as a `TensorGame`, with the spaces, time limit and pictures;
-`env` is the vector env on the kit.
+`game` hands them to the kit as a `TensorGame`, with the spaces, time limit and pictures
+(`fruit_env.registration` registers the kit's env around it).
 """
 
-from fruit_env.games.minatar_breakout.env import BreakoutVectorEnv
 from fruit_env.games.minatar_breakout.game import MinAtarBreakout
 from fruit_env.games.minatar_breakout.rules import BreakoutState
 
-__all__ = ["BreakoutState", "BreakoutVectorEnv", "MinAtarBreakout"]
+__all__ = ["BreakoutState", "MinAtarBreakout"]

@@ -3,11 +3,10 @@
 
 `rules` is the game as pure tensor functions (tested against gymnax's
 `SpaceInvaders-MinAtar`); `game` hands them to the kit as a `TensorGame`, with the spaces,
-time limit and pictures; `env` is the vector env on the kit.
+time limit and pictures (`fruit_env.registration` registers the kit's env around it).
 """
 
-from fruit_env.games.minatar_space_invaders.env import SpaceInvadersVectorEnv
 from fruit_env.games.minatar_space_invaders.game import MinAtarSpaceInvaders
 from fruit_env.games.minatar_space_invaders.rules import SpaceInvadersState
 
-__all__ = ["MinAtarSpaceInvaders", "SpaceInvadersState", "SpaceInvadersVectorEnv"]
+__all__ = ["MinAtarSpaceInvaders", "SpaceInvadersState"]
