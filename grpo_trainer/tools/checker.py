@@ -14,9 +14,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import functools
 import random
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -28,16 +27,6 @@ from grpo_trainer.tools.syncs import SyncCounter
 
 __all__ = ["CHECKS", "STATUSES", "Check", "CheckReport", "check_vector_env"]
 
-CHECKS = (
-    "spaces",
-    "autoreset",
-    "info_masks",
-    "determinism",
-    "num_envs_invariance",
-    "state_snapshots",
-    "host_syncs",
-    "invalid_actions",
-)
 STATUSES = ("pass", "warn", "fail", "skip")
 CLEAR_ERRORS = (ValueError, TypeError, IndexError, KeyError, gym.error.Error)
 
@@ -111,7 +100,7 @@ def check_vector_env(
     max_steps: int = 1000,
     strict_syncs: bool = False,
     make_env: Callable[[int], gym.vector.VectorEnv] | None = None,
-    checks: tuple[str, ...] = CHECKS,
+    checks: Sequence[str] | None = None,
 ) -> CheckReport:
     """Run `checks` on `env` and return the report (nothing is raised for a failed check).
 
@@ -119,26 +108,18 @@ def check_vector_env(
     `max_steps`: how many random steps to play looking for an episode end (autoreset, snapshots).
     `strict_syncs`: host syncs on a CPU env fail instead of warn (on other devices they fail).
     `make_env(n)`: builds this env with `n` sub-envs, for the `num_envs_invariance` check.
+    `checks`: the names of `CHECKS` to run (default: all), run in `CHECKS`' order.
     """
-    unknown = set(checks) - set(CHECKS)
+    unknown = set(checks or ()) - set(CHECKS)
     if unknown:
-        raise ValueError(f"unknown checks {sorted(unknown)}; known: {CHECKS}")
+        raise ValueError(f"unknown checks {sorted(unknown)}; known: {list(CHECKS)}")
     player = EnvPlayer(env, seed=seed, steps=steps, max_steps=max_steps)
-    functions: dict[str, Callable[[EnvPlayer], str]] = {
-        "spaces": check_spaces,
-        "autoreset": check_autoreset,
-        "info_masks": check_info_masks,
-        "determinism": check_determinism,
-        "num_envs_invariance": functools.partial(check_num_envs_invariance, make_env=make_env),
-        "state_snapshots": check_state_snapshots,
-        "host_syncs": functools.partial(check_host_syncs, strict=strict_syncs),
-        "invalid_actions": check_invalid_actions,
-    }
+    player.strict_syncs, player.make_env = strict_syncs, make_env
     results = []
     with _rng_kept():
-        for name in (n for n in CHECKS if n in checks):
+        for name in (n for n in CHECKS if checks is None or n in checks):
             try:
-                status, evidence = "pass", functions[name](player)
+                status, evidence = "pass", CHECKS[name](player)
             except Verdict as verdict:
                 status, evidence = verdict.status, verdict.evidence
             except Exception as err:  # the env crashed inside a check: that is evidence
@@ -170,6 +151,8 @@ class EnvPlayer:
         self.device: torch.device | None = None
         self.kind: str | None = None
         self.infos: list[tuple[str, dict[str, Any]]] = []  # (where, info), for info_masks
+        self.strict_syncs = False  # host syncs on the CPU fail too (host_syncs)
+        self.make_env: Callable[[int], Any] | None = None  # another size (num_envs_invariance)
 
     def sample(self, rng_seed: int, count: int, n: int | None = None) -> list[np.ndarray]:
         """`count` batches of actions for `n` sub-envs; sub-env i's column is the same for
@@ -530,17 +513,17 @@ def check_determinism(play: EnvPlayer) -> str:
     return f"reset(seed=list) and reset(seed=int) replay {play.steps} steps exactly"
 
 
-def check_num_envs_invariance(play: EnvPlayer, make_env: Callable[[int], Any] | None = None) -> str:
+def check_num_envs_invariance(play: EnvPlayer) -> str:
     """With `metadata["num_envs_invariant"]`, sub-env i plays alike in an env of another size."""
     if not play.env.metadata.get("num_envs_invariant", False):
         raise Verdict("skip", "metadata['num_envs_invariant'] is not True")
-    if make_env is None:
+    if play.make_env is None:
         raise Verdict("skip", "no make_env given to build a vector env of another size")
     n = play.n
     m = max(1, n // 2) if n > 1 else 2
     k = min(m, n)
     seeds = [play.seed + 13 * (i + 1) for i in range(max(n, m))]
-    other = make_env(m)
+    other = play.make_env(m)
     try:
         big = play.trajectory(seeds[:n], play.steps)
         small = play.trajectory(seeds[:m], play.steps, env=other, n=m)
@@ -699,9 +682,9 @@ def _snapshot_comparisons(
 # -- host syncs and invalid actions --------------------------------------------------------------
 
 
-def check_host_syncs(play: EnvPlayer, strict: bool = False) -> str:
+def check_host_syncs(play: EnvPlayer) -> str:
     """A torch env's `step` reads no device data on the host (a GPU sync; on the CPU a warning
-    unless `strict`)."""
+    unless `play.strict_syncs`)."""
     play.reset(seed=play.seed)
     if play.kind != "torch":
         raise Verdict("skip", f"outputs are {play.kind}, not torch tensors")
@@ -714,7 +697,7 @@ def check_host_syncs(play: EnvPlayer, strict: bool = False) -> str:
     ops = sorted(set(syncs.calls))
     per_step = syncs.count / max(1, len(actions))
     text = f"{per_step:g} host syncs per step on {play.device} ({', '.join(ops[:3])})"
-    if play.device is not None and play.device.type == "cpu" and not strict:
+    if play.device is not None and play.device.type == "cpu" and not play.strict_syncs:
         raise Verdict("warn", text + "; free on the CPU, a sync on a GPU")
     raise Verdict("fail", text)
 
@@ -907,3 +890,16 @@ def _call(what: str, function: Callable[..., Any], *args: Any) -> Any:
         return function(*args)
     except Exception as err:
         raise Verdict("fail", f"{what} raised {_error(err)}") from None
+
+
+# The checks, in the order they run: {name: check}.
+CHECKS: dict[str, Callable[[EnvPlayer], str]] = {
+    "spaces": check_spaces,
+    "autoreset": check_autoreset,
+    "info_masks": check_info_masks,
+    "determinism": check_determinism,
+    "num_envs_invariance": check_num_envs_invariance,
+    "state_snapshots": check_state_snapshots,
+    "host_syncs": check_host_syncs,
+    "invalid_actions": check_invalid_actions,
+}
