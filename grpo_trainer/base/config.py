@@ -378,11 +378,10 @@ class GRPOConfig:
     def __post_init__(self) -> None:
         if isinstance(self.run, dict):
             object.__setattr__(self, "run", RunConfig(**self.run))
-        # What this config derives rather than was given: `inputs()` leaves these unset, so
-        # that a config rebuilt with another budget or env derives them again.
-        object.__setattr__(
-            self, "_derived", frozenset(n for n in DERIVED_FIELDS if getattr(self, n) is None)
-        )
+        # `derived`: the fields this config derives rather than was given (they are None);
+        # `inputs()` leaves them unset, so that another budget or env derives them again.
+        derived = tuple(n for n in DERIVED_FIELDS if getattr(self, n) is None)
+        object.__setattr__(self, "derived", derived)
         for name in ("hidden_sizes", "cnn_channels"):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
@@ -452,26 +451,21 @@ class GRPOConfig:
         `max_episode_steps`, else the env's `episode_limit`). `derived` still names every
         derived field, as config.json will."""
         kept = kept or {}
-        if not set(kept) <= self._derived:
-            raise ValueError(f"not derived by this config: {sorted(set(kept) - self._derived)}")
+        if not set(kept) <= set(self.derived):
+            raise ValueError(f"not derived by this config: {sorted(set(kept) - set(self.derived))}")
         limit = self.max_episode_steps or episode_limit
         if self.window is not None and not kept:
             return self
         asked = {**self.inputs(), **kept}
         asked["window"] = asked["window"] or window_for(limit)
         resolved = GRPOConfig.from_dict(asked)
-        object.__setattr__(resolved, "_derived", self._derived)
+        object.__setattr__(resolved, "derived", self.derived)
         if "minibatch_size" not in kept:  # episodes mode: an update is num_envs x the limit
             _clamp_minibatch(resolved, limit)
-        if "lr" in self._derived and "lr" not in kept:
+        if "lr" in self.derived and "lr" not in kept:
             lr = lr_for(resolved.minibatch_size, device_defaults(self.run.device).max_lr)
             object.__setattr__(resolved, "lr", lr)
         return resolved
-
-    @property
-    def derived(self) -> tuple[str, ...]:
-        """The fields this config derived (they were None when it was built)."""
-        return tuple(n for n in DERIVED_FIELDS if n in self._derived)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field with its resolved value (what checkpoints and reports record)."""
@@ -486,7 +480,7 @@ class GRPOConfig:
         """`to_dict()` with the derived fields unset: what was asked for. Building a config
         from it, changed or not, resolves every derived field once, from the final values
         (a new budget gets its own batch and learning rate)."""
-        return {**self.to_dict(), **dict.fromkeys(self._derived)}
+        return {**self.to_dict(), **dict.fromkeys(self.derived)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GRPOConfig:

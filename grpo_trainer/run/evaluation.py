@@ -3,6 +3,7 @@ recording one greedy episode as rgb frames (GIF/MP4) or ansi text."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -36,13 +37,9 @@ def load_policy(
     """
     payload = checkpoint.load(path)
     config = GRPOConfig.from_dict(payload["config"])
-    own = envs is None
-    envs = envs if envs is not None else make_envs(config, 1, device)
-    try:
-        return _checked_policy(payload, Path(path), config, envs, device), config, payload
-    finally:
-        if own:
-            envs.close()
+    own = contextlib.closing(make_envs(config, 1, device)) if envs is None else None
+    with own or contextlib.nullcontext(envs) as played:
+        return _checked_policy(payload, Path(path), config, played, device), config, payload
 
 
 def open_policy(

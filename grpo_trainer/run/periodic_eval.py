@@ -1,10 +1,7 @@
 """Evaluation during training: the score that picks `best.pt` and decides the target
-(docs/trainer.md, "Evaluation during training, targets and callbacks").
-
-The policy plays greedy episodes on envs of its own, so training's episodes in play are
-untouched; the training return would be a poor guide, mixing episodes of several policies
-and exploration noise. Each rank plays its share and the sums are added over ranks, so
-every rank takes the same decision without another agreement.
+(docs/trainer.md, "Evaluation during training, targets and callbacks"). Greedy episodes on
+envs of its own, as the training return mixes several policies and exploration noise; each
+rank plays its share and the sums are added, so every rank takes the same decision.
 """
 
 from __future__ import annotations
