@@ -87,7 +87,8 @@ class GRPO:
         seeds = GroupSeeds(
             run.seed, self.collective.rank, self.collective.world_size, cfg.num_groups
         )
-        self._follow_temperature()  # a head without logits refuses a final_temperature here
+        if cfg.final_temperature != 1.0:  # a head without logits refuses it here, at once
+            self.policy.head.set_temperature(1.0)
         self.rollout = make_rollout(cfg, self.env, self.policy.head, seeds, self.generator)
         self.advantages = make_estimator(cfg, self.collective.sum)
         # The hot functions, compiled where it pays (accel.should_compile): sampling one
