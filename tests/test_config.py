@@ -49,8 +49,6 @@ BAD_GRPO_FIELDS: list[tuple[str, Any]] = [
     ("max_grad_norm", 0.0),
     ("lr", 0.0),
     ("lr", "abc"),
-    ("final_temperature", 0.0),  # logits / 0: no distribution
-    ("final_temperature", 1.5),  # it sharpens the end of a run; it never flattens it
     ("hidden_sizes", (0,)),
     ("hidden_sizes", (64, True)),
     ("hidden_sizes", "64"),

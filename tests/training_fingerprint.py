@@ -78,9 +78,6 @@ REMOVED_RUN = {"eval_sampled": False}
 # Run fields added since, which change no training (how a run dir is treated): dropped from
 # the newer tree's checkpoint state before it is digested.
 ADDED_RUN = ("overwrite",)
-# Algorithm fields added since, whose default changes no training (`final_temperature`: 1.0
-# divides no logits; the weights, optimiser and metrics above still pin that): dropped alike.
-ADDED = ("final_temperature",)
 
 
 def _digest(value: Any) -> str:
@@ -121,8 +118,6 @@ def fingerprint(case: dict[str, Any]) -> dict[str, Any]:
             rollout["env"] = env[:3]  # what the reference records: its training is the same
     for name in ADDED_RUN:
         state["config"]["run"].pop(name, None)
-    for name in ADDED:
-        state["config"].pop(name, None)
     return {
         "policy": _digest(trainer.policy.state_dict()),
         "optimizer": _digest(trainer.optimizer.state_dict()),

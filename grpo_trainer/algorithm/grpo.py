@@ -39,7 +39,7 @@ from grpo_trainer.base.accel import (
 from grpo_trainer.base.collective import Collective
 from grpo_trainer.base.config import GRPOConfig
 from grpo_trainer.base.metrics import Clock, cross_rank, memory_stats, to_host
-from grpo_trainer.base.schedules import lr_factor, temperature_at
+from grpo_trainer.base.schedules import lr_factor
 from grpo_trainer.envs.contract import read_contract
 from grpo_trainer.envs.env_io import EnvIO
 from grpo_trainer.envs.episodes import summarise
@@ -87,8 +87,6 @@ class GRPO:
         seeds = GroupSeeds(
             run.seed, self.collective.rank, self.collective.world_size, cfg.num_groups
         )
-        if cfg.final_temperature != 1.0:  # a head without logits refuses it here, at once
-            self.policy.head.set_temperature(1.0)
         self.rollout = make_rollout(cfg, self.env, self.policy.head, seeds, self.generator)
         self.advantages = make_estimator(cfg, self.collective.sum)
         # The hot functions, compiled where it pays (accel.should_compile): sampling one
@@ -132,7 +130,6 @@ class GRPO:
         if seed is not None:  # a distributed resume replays every rank's stream exactly
             self.generator.manual_seed(seed)
         self.policy.eval()
-        self._follow_temperature()
         return self.rollout.collect(self.sample, self.generator)
 
     def learn(
@@ -226,14 +223,6 @@ class GRPO:
         lr = cfg.lr * lr_factor(self.env_steps / cfg.total_env_steps, cfg.lr_schedule)
         self.optimizer_step.set_lr(lr)
         return lr
-
-    def _follow_temperature(self) -> None:
-        """Set the temperature this update plays and learns at (`final_temperature`; at 1,
-        the default, nothing is touched)."""
-        cfg = self.config
-        if cfg.final_temperature != 1.0:
-            progress = self.env_steps / cfg.total_env_steps
-            self.policy.head.set_temperature(temperature_at(progress, cfg.final_temperature))
 
     def _advance(
         self, metrics: dict[str, float], lr: float, rollout_s: float, update_s: float

@@ -53,12 +53,6 @@ class ActionHead(nn.Module):
         """A stored action as the env takes it (e.g. clipped to its bounds)."""
         return action
 
-    def set_temperature(self, temperature: float) -> None:
-        """Divide the logits by `temperature` when sampling and scoring (not in `greedy`)."""
-        raise ValueError(
-            f"final_temperature applies to discrete actions; {type(self).__name__} has none"
-        )
-
     def correlate(
         self, previous: torch.Tensor, fresh: torch.Tensor, correlation: float
     ) -> torch.Tensor:
@@ -71,23 +65,7 @@ def _index_dtype(n: int) -> torch.dtype:
     return torch.uint8 if n <= 256 else torch.int32
 
 
-class _Tempered(ActionHead):
-    """A head over logits that a temperature divides (1 by default: exact, `x * 1.0 == x`).
-    A buffer, not a float, so compiled code reads it without recompiling; not persistent, so
-    checkpoints hold only the weights and a loaded policy samples at temperature 1."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.register_buffer("inv_temperature", torch.ones(()), persistent=False)
-
-    def set_temperature(self, temperature: float) -> None:
-        self.inv_temperature.fill_(1.0 / temperature)
-
-    def _logits(self, params: torch.Tensor) -> torch.Tensor:
-        return params.float() * self.inv_temperature
-
-
-class CategoricalHead(_Tempered):
+class CategoricalHead(ActionHead):
     """`Discrete(n)`: logits, sampled with the Gumbel-max trick."""
 
     def __init__(self, n: int, start: int = 0) -> None:
@@ -104,7 +82,7 @@ class CategoricalHead(_Tempered):
     def sample(
         self, params: torch.Tensor, noise: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        logp_all = torch.log_softmax(self._logits(params), -1)
+        logp_all = torch.log_softmax(params.float(), -1)
         gumbel = -torch.log(-torch.log(noise.clamp(1e-20, 1.0 - 1e-7)))
         action = torch.argmax(logp_all + gumbel, -1)
         return action, logp_all.gather(-1, action[..., None]).squeeze(-1)
@@ -115,7 +93,7 @@ class CategoricalHead(_Tempered):
     def log_prob_entropy(
         self, params: torch.Tensor, action: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        logp_all = torch.log_softmax(self._logits(params), -1)
+        logp_all = torch.log_softmax(params.float(), -1)
         logp = logp_all.gather(-1, action.long()[..., None]).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         return logp, entropy
@@ -125,7 +103,7 @@ class CategoricalHead(_Tempered):
         return action + self.start if self.start else action  # one op fewer per rollout step
 
 
-class MultiCategoricalHead(_Tempered):
+class MultiCategoricalHead(ActionHead):
     """`MultiDiscrete(nvec)`: independent categoricals, padded to one `(D, max_n)` block."""
 
     def __init__(self, nvec: np.ndarray, start: np.ndarray) -> None:
@@ -139,7 +117,7 @@ class MultiCategoricalHead(_Tempered):
         self.register_buffer("start", torch.as_tensor(start).reshape(-1).long(), persistent=False)
 
     def _logp_all(self, params: torch.Tensor) -> torch.Tensor:
-        logits = self._logits(params).unflatten(-1, (self.dims, self.width))
+        logits = params.float().unflatten(-1, (self.dims, self.width))
         return torch.log_softmax(logits.masked_fill(self.invalid, -1e9), -1)
 
     def noise(

@@ -359,12 +359,6 @@ class GRPOConfig:
     lr_schedule: Schedule = _field(
         "linear", "learning-rate schedule over the env-step budget: constant, linear, cosine"
     )
-    final_temperature: float = _field(
-        1.0,
-        "discrete actions: the temperature the logits are divided by in rollouts and the loss "
-        "falls linearly from 1 at half the env-step budget to this at its end (1: off); the "
-        "greedy action, the argmax, does not depend on it",
-    )
     # -- policy network --
     hidden_sizes: tuple[int, ...] = _field((64, 64), "widths of the MLP's hidden layers")
     activation: Activation = _field("relu", "activation of the hidden layers: relu or tanh")
@@ -437,7 +431,6 @@ class GRPOConfig:
         _check_float(self, "entropy_coef", 0.0, math.inf)
         _check_float(self, "max_grad_norm", 0.0, math.inf, low_open=True)
         _check_float(self, "lr", 0.0, math.inf, low_open=True)
-        _check_float(self, "final_temperature", 0.0, 1.0, low_open=True)
         if not isinstance(self.branch_ended, bool):
             raise ValueError(f"branch_ended must be true or false, got {self.branch_ended!r}")
         for name in ("hidden_sizes", "cnn_channels"):

@@ -1,4 +1,4 @@
-"""Schedules over the env-step budget: the learning rate, the sampling temperature."""
+"""Learning-rate schedules over the env-step budget."""
 
 from __future__ import annotations
 
@@ -16,15 +16,3 @@ def lr_factor(progress: float, schedule: str) -> float:
     if schedule == "cosine":
         return max(0.5 * (1.0 + math.cos(math.pi * rest)), LR_FLOOR)
     return 1.0
-
-
-TEMPERATURE_FROM = 0.5  # the temperature stays 1 until this fraction of the budget
-
-
-def temperature_at(progress: float, final: float) -> float:
-    """The sampling temperature at `progress` in [0, 1] of the budget: 1 until
-    `TEMPERATURE_FROM`, then linear to `final` at the end. The sharper the last updates play,
-    the closer the policy they train is to the greedy one users evaluate (docs/trainer.md,
-    "Freeway's greedy policy")."""
-    rest = min(max((progress - TEMPERATURE_FROM) / (1.0 - TEMPERATURE_FROM), 0.0), 1.0)
-    return 1.0 + (final - 1.0) * rest
