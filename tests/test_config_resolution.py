@@ -67,6 +67,7 @@ def test_every_path_resolves_the_same_config(
     trial = sweep.trial_config({"total_env_steps": budget, "run.env": env}, 0)
 
     limit = _episode_limit(env)
+
     def algorithm(config: GRPOConfig) -> dict:
         """The resolved config but its run (the written run's and the trial's run_dir,
         device and eval settings are not at issue)."""
