@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
-import numpy as np
 import torch
 
 from fruit_env.games.minatar_asterix import rules
 from fruit_env.games.minatar_asterix.rules import AsterixState
+from fruit_env.games.minatar_game import MinAtarGame
 from fruit_env.games.minatar_pictures import Palette
-from fruit_env.kit import Step, TensorGame
+from fruit_env.kit import Step
 
 COLOURS = ((240, 200, 60), (230, 60, 50), (90, 60, 110), (250, 230, 120))  # RGB of each plane
 GLYPHS = "AX.$"  # player, enemy, trail, gold
@@ -28,26 +27,16 @@ _PRIORITY = (1, 0, 3, 2)
 PALETTE = Palette(COLOURS, GLYPHS, _PRIORITY)
 
 
-class MinAtarAsterix(TensorGame[AsterixState]):
+class MinAtarAsterix(MinAtarGame[AsterixState]):
     """gymnax's `Asterix-MinAtar`: actions 0 no-op, 1 left, 2 up, 3 right, 4 down; +1 per
     gold; the game ends when the player meets an enemy, and is truncated after
     `max_episode_steps` steps (gymnax's `max_steps_in_episode`, 1000 by default)."""
 
     num_actions = rules.NUM_ACTIONS
-    render_modes = ("rgb_array", "ansi")
-    render_fps = 10
+    obs_shape = rules.OBS_SHAPE
 
     def __init__(self, max_episode_steps: int = rules.MAX_STEPS_IN_EPISODE) -> None:
-        limit = max_episode_steps
-        if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)):
-            raise ValueError(f"max_episode_steps must be an int, got {limit!r}")
-        if not 1 <= limit < 2**31:  # the step counter is int32
-            raise ValueError(f"max_episode_steps must be in [1, 2**31), got {limit}")
-        self.max_episode_steps = int(limit)
-        self.observation_space = gym.spaces.Box(0.0, 1.0, rules.OBS_SHAPE, np.float32)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(max_episode_steps={self.max_episode_steps})"
+        super().__init__(max_episode_steps)
 
     def initial(self, bits: torch.Tensor) -> AsterixState:
         return rules.initial_state(bits)

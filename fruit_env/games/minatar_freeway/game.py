@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
-import numpy as np
 import torch
 
 from fruit_env.games.minatar_freeway import rules
 from fruit_env.games.minatar_freeway.rules import FreewayState
+from fruit_env.games.minatar_game import MinAtarGame
 from fruit_env.games.minatar_pictures import Palette
-from fruit_env.kit import Step, TensorGame
+from fruit_env.kit import Step
 
 CHICKEN, CAR = (240, 220, 60), (230, 60, 50)  # RGB of planes 0 and 1
 TRAILS = tuple((60 + 30 * s, 90 + 25 * s, 160 + 15 * s) for s in range(1, 6))  # speeds 1..5
@@ -29,26 +28,16 @@ _PRIORITY = tuple(range(rules.OBS_SHAPE[2]))
 PALETTE = Palette(COLOURS, GLYPHS, _PRIORITY)
 
 
-class MinAtarFreeway(TensorGame[FreewayState]):
+class MinAtarFreeway(MinAtarGame[FreewayState]):
     """gymnax's `Freeway-MinAtar`: actions 0 no-op, 1 up, 2 down; +1 per crossing; the game
     never ends by itself and is truncated after `max_episode_steps` steps (gymnax's
     `max_steps_in_episode`, 2500 by default)."""
 
     num_actions = rules.NUM_ACTIONS
-    render_modes = ("rgb_array", "ansi")
-    render_fps = 10
+    obs_shape = rules.OBS_SHAPE
 
     def __init__(self, max_episode_steps: int = rules.MAX_STEPS_IN_EPISODE) -> None:
-        limit = max_episode_steps
-        if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)):
-            raise ValueError(f"max_episode_steps must be an int, got {limit!r}")
-        if not 1 <= limit < 2**31:  # the step counter is int32
-            raise ValueError(f"max_episode_steps must be in [1, 2**31), got {limit}")
-        self.max_episode_steps = int(limit)
-        self.observation_space = gym.spaces.Box(0.0, 1.0, rules.OBS_SHAPE, np.float32)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(max_episode_steps={self.max_episode_steps})"
+        super().__init__(max_episode_steps)
 
     def initial(self, bits: torch.Tensor) -> FreewayState:
         return rules.initial_state(bits)
