@@ -411,6 +411,20 @@ def test_numpy_views_it_without_a_copy(game: Game) -> None:
 # -- pictures (one test per game: each draws its own board) --------------------------------------
 
 
+def _text_board(rows: list[str], status: str = "score 0  step 0") -> str:
+    """A 10x10 game's ansi picture: its `rows` inside a border, then the status line."""
+    border = "+" + "-" * 10 + "+"
+    return "\n".join([border, *[f"|{r}|" for r in rows], border, status])
+
+
+def _frame_cells(frame: np.ndarray) -> np.ndarray:
+    """One pixel per board cell of an RGB frame, checked to be those cells scaled up."""
+    assert frame.shape == (10 * SCALE, 10 * SCALE, 3) and frame.dtype == np.uint8
+    cells = frame[::SCALE, ::SCALE]
+    assert np.array_equal(frame, np.repeat(np.repeat(cells, SCALE, 0), SCALE, 1))
+    return cells
+
+
 @pytest.mark.parametrize("seed", [0, 1])  # one ball starts left, the other right
 def test_breakout_renders_the_board_the_observation_shows(seed: int) -> None:
     """A new game: the wall in rows 1-3, the ball at one end of row 3 (over a brick and its
@@ -421,21 +435,17 @@ def test_breakout_renders_the_board_the_observation_shows(seed: int) -> None:
     ball_row = "o#########" if column == 0 else "#########o"
     empty, wall = " " * 10, "#" * 10
     rows = [empty, wall, wall, ball_row, *[empty] * 5, "    =     "]
-    border = "+" + "-" * 10 + "+"
-    assert envs.render()[0] == "\n".join([border, *[f"|{r}|" for r in rows], border,
-                                           "score 0  step 0"])  # fmt: skip
+    assert envs.render()[0] == _text_board(rows)
     frames = BREAKOUT.make(2, render_mode="rgb_array")
     frames.reset(seed=seed)
     frame = frames.render()[0]
-    assert frame.shape == (10 * SCALE, 10 * SCALE, 3) and frame.dtype == np.uint8
-    cells = frame[::SCALE, ::SCALE]  # one pixel per cell
+    cells = _frame_cells(frame)
     expected = np.empty((10, 10, 3), np.uint8)
     expected[:] = BACKGROUND
     expected[1:4] = minatar_breakout.game.COLOURS[3]  # bricks
     expected[3, column] = minatar_breakout.game.COLOURS[1]  # the ball
     expected[9, 4] = minatar_breakout.game.COLOURS[0]  # the paddle
     assert np.array_equal(cells, expected)
-    assert np.array_equal(frame, np.repeat(np.repeat(cells, SCALE, 0), SCALE, 1))
 
 
 def test_asterix_renders_the_board_the_observation_shows() -> None:
@@ -444,11 +454,8 @@ def test_asterix_renders_the_board_the_observation_shows() -> None:
     frame, its colour."""
     envs = ASTERIX.make(2, render_mode="ansi")
     envs.reset(seed=0)
-    border = "+" + "-" * 10 + "+"
     rows = [" " * 10] * 5 + ["     A    "] + [" " * 10] * 4
-    assert envs.render()[0] == "\n".join(
-        [border, *[f"|{r}|" for r in rows], border, "score 0  step 0"]
-    )
+    assert envs.render()[0] == _text_board(rows)
     frames = ASTERIX.make(2, render_mode="rgb_array")
     frames.reset(seed=0)
     for _ in range(12):
@@ -459,15 +466,13 @@ def test_asterix_renders_the_board_the_observation_shows() -> None:
     text = envs.render()[0].split("\n")
     assert text[-1] == "score 0  step 12"
     frame = frames.render()[0]
-    assert frame.shape == (10 * SCALE, 10 * SCALE, 3) and frame.dtype == np.uint8
-    cells = frame[::SCALE, ::SCALE]  # one pixel per cell
+    cells = _frame_cells(frame)
     for y in range(10):
         for x in range(10):
             lit = np.flatnonzero(planes[y, x])
             glyph = minatar_asterix.game.GLYPHS[lit[0]] if len(lit) else " "
             colour = minatar_asterix.game.COLOURS[lit[0]] if len(lit) else BACKGROUND
             assert text[1 + y][1 + x] == glyph and tuple(cells[y, x]) == colour, (y, x)
-    assert np.array_equal(frame, np.repeat(np.repeat(cells, SCALE, 0), SCALE, 1))
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -484,14 +489,11 @@ def test_freeway_renders_the_board_the_observation_shows(seed: int) -> None:
         row[9 if s > 0 else 1] = str(abs(s))
         rows.append("".join(row))
     rows.append("    @     ")
-    border = "+" + "-" * 10 + "+"
-    assert envs.render()[0] == "\n".join([border, *[f"|{r}|" for r in rows], border,
-                                           "score 0  step 0"])  # fmt: skip
+    assert envs.render()[0] == _text_board(rows)
     frames = FREEWAY.make(2, render_mode="rgb_array")
     frames.reset(seed=seed)
     frame = frames.render()[0]
-    assert frame.shape == (10 * SCALE, 10 * SCALE, 3) and frame.dtype == np.uint8
-    cells = frame[::SCALE, ::SCALE]  # one pixel per cell
+    cells = _frame_cells(frame)
     expected = np.empty((10, 10, 3), np.uint8)
     expected[:] = BACKGROUND
     for lane, s in enumerate(speeds, start=1):
@@ -499,7 +501,6 @@ def test_freeway_renders_the_board_the_observation_shows(seed: int) -> None:
         expected[lane, 9 if s > 0 else 1] = minatar_freeway.game.COLOURS[1 + abs(s)]
     expected[9, 4] = minatar_freeway.game.COLOURS[0]
     assert np.array_equal(cells, expected)
-    assert np.array_equal(frame, np.repeat(np.repeat(cells, SCALE, 0), SCALE, 1))
 
 
 def test_space_invaders_renders_the_board_the_observation_shows() -> None:
@@ -508,25 +509,20 @@ def test_space_invaders_renders_the_board_the_observation_shows() -> None:
     envs = INVADERS.make(2, render_mode="ansi")
     envs.reset(seed=0)
     block, empty = "  <<<<<<  ", " " * 10
-    border = "+" + "-" * 10 + "+"
     rows = [block] * 4 + [empty] * 5 + ["     ^    "]
-    assert envs.render()[0] == "\n".join([border, *[f"|{r}|" for r in rows], border,
-                                           "score 0  step 0"])  # fmt: skip
+    assert envs.render()[0] == _text_board(rows)
     envs.step(torch.tensor([3, 0]))
     rows[8] = "     |    "
-    assert envs.render()[0] == "\n".join([border, *[f"|{r}|" for r in rows], border,
-                                           "score 0  step 1"])  # fmt: skip
+    assert envs.render()[0] == _text_board(rows, "score 0  step 1")
     frames = INVADERS.make(2, render_mode="rgb_array")
     frames.reset(seed=0)
     frame = frames.render()[0]
-    assert frame.shape == (10 * SCALE, 10 * SCALE, 3) and frame.dtype == np.uint8
-    cells = frame[::SCALE, ::SCALE]  # one pixel per cell
+    cells = _frame_cells(frame)
     expected = np.empty((10, 10, 3), np.uint8)
     expected[:] = BACKGROUND
     expected[0:4, 2:8] = minatar_invaders.game.COLOURS[2]  # aliens marching left
     expected[9, 5] = minatar_invaders.game.COLOURS[0]  # the cannon
     assert np.array_equal(cells, expected)
-    assert np.array_equal(frame, np.repeat(np.repeat(cells, SCALE, 0), SCALE, 1))
 
 
 # -- devices -------------------------------------------------------------------------------------
