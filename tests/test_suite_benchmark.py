@@ -488,20 +488,25 @@ def test_the_env_steps_a_time_budget_buys(suite: Any) -> None:
         wallclock.estimate_env_steps({"error": "boom"}, 10.0)
 
 
+def _calibration(job: dict[str, Any]) -> dict[str, Any]:
+    """A fake calibration run: 1024 env steps per update, 100k/s after a 1 s first one."""
+    updates = job["throughput"] + 2
+    return {
+        "first_update_s": 1.0,
+        "median_update_env_steps_per_s": 100_000.0,
+        "updates": updates,
+        "env_steps": 1024 * updates,
+    }
+
+
 def test_a_wallclock_run_calibrates_then_trains_to_the_peers_time(suite: Any) -> None:
     wallclock = sys.modules["suite_wallclock"]
     jobs: list[dict[str, Any]] = []
 
     def fake_run(job: dict[str, Any]) -> dict[str, Any]:
         jobs.append(job)
-        if job.get("throughput"):  # 1024 env steps per update, 100k/s after a 1 s first one
-            updates = job["throughput"] + 2
-            return {
-                "first_update_s": 1.0,
-                "median_update_env_steps_per_s": 100_000.0,
-                "updates": updates,
-                "env_steps": 1024 * updates,
-            }
+        if job.get("throughput"):
+            return _calibration(job)
         return {"trainer": job["row"], "env_steps": job["budget"]}
 
     job = {"row": "grpo", "seed": 0, "repeat": 0, "cpu": 0, "budget": 1_000_000}
@@ -643,13 +648,7 @@ def test_a_wallclock_run_that_left_seconds_unused_runs_again_at_its_own_pace(
         update; the clock stops it at the budget, else its env steps do."""
         jobs.append(job)
         if job.get("throughput"):
-            updates = job["throughput"] + 2
-            return {
-                "first_update_s": 1.0,
-                "median_update_env_steps_per_s": 100_000.0,
-                "updates": updates,
-                "env_steps": 1024 * updates,
-            }
+            return _calibration(job)
         seconds = 1.0 + (job["budget"] - 1024) / 200_000
         clock = seconds >= job["time_budget_s"]
         steps = job["budget"] if not clock else 1024 + int(200_000 * (job["time_budget_s"] - 1))
