@@ -1,0 +1,121 @@
+"""What an env step costs the trainer on one core: played and trained, or played only.
+
+    python benchmarks/step_costs.py                      # the four MinAtar games, 2M budget
+    python benchmarks/step_costs.py --games breakout --updates 9 --name smoke
+    python benchmarks/step_costs.py --flags --branch-every 128 --branch-complete  # a variant
+
+A forked continuation that only estimates a baseline is played, never trained: it costs
+the policy's forward pass and the env step, not the update's epochs of forward and backward
+passes. This script measures both sides at the train command's defaults for a budget, so
+the arithmetic of a fork idea at its real cost (docs/trainer.md, "Forks at their real cost")
+starts from measured figures. Per game it builds the config the train command builds,
+plays `--updates` updates through `GRPOTrainer.collect` and `learn`, and records, after one
+untimed warm-up update, the median seconds of each side per update, and per env step:
+
+* `collect_us_per_step`: playing (policy forward, sampling, env step, storing the row);
+* `update_us_per_step`: a played step's share of the whole update, collect plus learn;
+* `mean_update_s`: the mean of collect plus learn, which counts a variant's occasional
+  extra work (a median would skip updates that do it).
+
+With `--flags` the same for a variant; a variant that plays extra inference-only steps
+reports them (`extra_steps_per_update`) when its rollout counts them (`env_steps` of
+`rollout.completion`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import machine_info, write_result
+
+GAMES = {
+    "breakout": "Breakout-MinAtar-v0",
+    "space_invaders": "SpaceInvaders-MinAtar-v0",
+    "freeway": "Freeway-MinAtar-v0",
+    "asterix": "Asterix-MinAtar-v0",
+}
+
+
+def measure(env_id: str, budget: int, updates: int, flags: list[str]) -> dict[str, Any]:
+    """Median collect and learn seconds per update of the train command's run of `env_id`."""
+    import torch
+
+    from grpo_trainer.run.trainer import open_run
+    from grpo_trainer.tools.cli import build_parser, config_from_args
+
+    argv = ["train", "--env", f"fruit_env:{env_id}", "--total-env-steps", str(budget)]
+    argv += ["--device", "cpu", "--no-progress", "--eval-every", "0", *flags]
+    trainer = open_run(config_from_args(build_parser().parse_args(argv)))
+    completion = getattr(trainer.rollout, "completion", None)
+    collect_s, learn_s, extra = [], [], []
+    for index in range(updates + 1):
+        before = completion.env_steps if completion is not None else 0
+        start = time.perf_counter()
+        rollout = trainer.collect()
+        played = time.perf_counter()
+        trainer.learn(rollout)
+        done = time.perf_counter()
+        if index:  # the first update warms up (allocations, lazy set-up)
+            collect_s.append(played - start)
+            learn_s.append(done - played)
+            extra.append((completion.env_steps if completion is not None else 0) - before)
+    config = trainer.config
+    samples = config.num_envs * config.rollout_steps
+    collect, learn = statistics.median(collect_s), statistics.median(learn_s)
+    updates_s = [c + u for c, u in zip(collect_s, learn_s, strict=True)]
+    return {
+        "env": env_id,
+        "flags": flags,
+        "budget": budget,
+        "samples_per_update": samples,
+        "epochs": config.epochs,
+        "minibatch_size": config.minibatch_size,
+        "torch_threads": torch.get_num_threads(),
+        "collect_s": collect_s,
+        "learn_s": learn_s,
+        "median_collect_s": round(collect, 4),
+        "median_learn_s": round(learn, 4),
+        "mean_update_s": round(statistics.fmean(updates_s), 4),
+        "collect_us_per_step": round(collect / samples * 1e6, 2),
+        "update_us_per_step": round((collect + learn) / samples * 1e6, 2),
+        "played_over_trained": round(collect / (collect + learn), 3),
+        "extra_steps_per_update": statistics.fmean(extra),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--games", nargs="+", choices=list(GAMES), default=list(GAMES))
+    parser.add_argument("--budget", type=int, default=2_000_000, help="the run's env steps")
+    parser.add_argument("--updates", type=int, default=17, help="timed updates per game")
+    parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="train flags")
+    parser.add_argument("--name", default="step_costs", help="results file stem")
+    parser.add_argument("--results", type=Path, help="folder of the JSON (benchmarks/results)")
+    args = parser.parse_args(argv)
+    import torch
+
+    import fruit_env  # noqa: F401  (registers the games)
+
+    torch.set_num_threads(1)
+    rows = []
+    for game in args.games:
+        row = measure(GAMES[game], args.budget, args.updates, args.flags)
+        print(
+            f"{game}: {row['samples_per_update']} samples, collect {row['median_collect_s']} s, "
+            f"learn {row['median_learn_s']} s per update; {row['collect_us_per_step']} us "
+            f"played, {row['update_us_per_step']} us played and trained per env step",
+            flush=True,
+        )
+        rows.append({"game": game, **row})
+    write_result(args.name, {"machine": machine_info(), "rows": rows}, args.results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

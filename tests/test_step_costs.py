@@ -1,0 +1,23 @@
+"""benchmarks/step_costs.py: it times the train command's own run of a game, and a played
+step costs less than a played and trained one (the update's epochs come on top)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from loading import load_module
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_step_costs_times_the_train_commands_run(tmp_path: Path) -> None:
+    step_costs = load_module(ROOT / "benchmarks" / "step_costs.py", "step_costs_benchmark")
+    argv = ["--games", "freeway", "--budget", "20000", "--updates", "2"]
+    assert step_costs.main([*argv, "--name", "costs", "--results", str(tmp_path)]) == 0
+    (row,) = json.loads((tmp_path / "costs.json").read_text())["rows"]
+    # 20k env steps: the smallest derived update, 1024 samples (32 sub-envs x 32 steps)
+    assert (row["game"], row["samples_per_update"], row["epochs"]) == ("freeway", 1024, 4)
+    assert len(row["collect_s"]) == len(row["learn_s"]) == 2  # the warm-up update is not kept
+    assert 0 < row["collect_us_per_step"] < row["update_us_per_step"]
+    assert row["extra_steps_per_update"] == 0  # the defaults play no inference-only steps
