@@ -10,6 +10,7 @@ needed. Starts (a fair coin between two) and random-play episodes are random on 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -199,6 +200,22 @@ def events(
 def test_every_action_steps_as_gymnax_step_env(gym: Any, states: BreakoutState) -> None:
     keys = jax.random.split(jax.random.PRNGKey(3), len(states.time))  # step_env draws nothing
     assert_every_action_steps_as_gymnax(gym, REF, states, lambda a: (keys, None), events)
+
+
+def test_a_rule_that_is_not_gymnax_fails_the_comparison(gym: Any, states: BreakoutState) -> None:
+    """The comparison can fail: with bricks worth nothing (reward 0, score unchanged), the
+    first action already shows gymnax's rewards of 1."""
+
+    def worthless_bricks(
+        state: BreakoutState, action: torch.Tensor, bits: Any
+    ) -> tuple[BreakoutState, torch.Tensor, torch.Tensor]:
+        new, reward, terminated = advance(state, action)
+        return new._replace(score=state.score), torch.zeros_like(reward), terminated
+
+    keys = jax.random.split(jax.random.PRNGKey(3), len(states.time))
+    wrong = dataclasses.replace(REF, step=worthless_bricks)
+    with pytest.raises(AssertionError, match="reward"):
+        assert_every_action_steps_as_gymnax(gym, wrong, states, lambda a: (keys, None), events)
 
 
 def test_observations_are_gymnax_planes(gym: Any, states: BreakoutState) -> None:
