@@ -1,17 +1,16 @@
 """MinAtar Breakout in torch against gymnax's `Breakout-MinAtar`, whose rules it copies.
 
-States convert field by field between gymnax's `EnvState` and `BreakoutState` (the brick map
-packs into the bits of one int32; `score`, which gymnax does not keep, is the return so
-far). From the same states, reached by random play in gymnax and drawn
-uniformly over the fields' ranges, both step with every action and must agree exactly:
-every field of the next state, the reward, termination and the observation. gymnax's
-`step` resets ended games, so the comparison is against its `step_env`. Starts and
-random-play episodes are random on both sides (JAX keys there, our counter-based bits
-here): they are compared as distributions.
+What is compared and why it is exact: `tests/minatar_reference.py`. Here: states convert
+field by field (the brick map packs into the bits of one int32). The states stepped from are
+those reached by random play in gymnax, the same with thinned walls, and states drawn
+uniformly over the fields' ranges. gymnax's `step_env` draws nothing, so no conditioning is
+needed. Starts (a fair coin between two) and random-play episodes are random on both sides
+(JAX keys there, our counter-based bits here): they are compared as distributions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -30,29 +29,27 @@ from fruit_env.games.minatar_breakout.rules import (
     observe,
     truncated,
 )
-from tests.minatar_laws import assert_same_law
-
-jax = pytest.importorskip(
-    "jax", reason="the reference rules are gymnax's Breakout, which needs jax (the gymnax extra)"
+from tests.minatar_reference import (
+    Reference,
+    assert_converts_both_ways,
+    assert_every_action_steps_as_gymnax,
+    assert_observations_are_gymnax_planes,
+    assert_random_play_agrees,
+    cat_states,
+    gymnax_env,
+    gymnax_game,
+    jax,
+    jnp,
+    random_play_states,
+    same_fields_for_gymnax,
+    same_fields_from_gymnax,
 )
-gymnax = pytest.importorskip("gymnax", reason="the reference rules are gymnax's Breakout")
-jnp = jax.numpy
-from gymnax.environments.minatar.breakout import EnvState  # noqa: E402
+
+EnvState = gymnax_game("breakout").EnvState
 
 BRICK_BITS = np.arange(1, 31)  # the wall's bits: row 1 + k // 10, column k % 10 for bit k + 1
 INT_FIELDS = ("ball_y", "ball_x", "ball_dir", "pos", "last_y", "last_x", "time")
 BOOL_FIELDS = ("strike", "terminal")
-
-
-@pytest.fixture(scope="module")
-def gym() -> Any:
-    """gymnax's env with its jitted, vmapped functions (compiled once per module)."""
-    env, params = gymnax.make("Breakout-MinAtar")
-    env.params = params
-    env.vreset = jax.jit(jax.vmap(env.reset_env, in_axes=(0, None)))
-    env.vstep_env = jax.jit(jax.vmap(env.step_env, in_axes=(0, 0, 0, None)))
-    env.vget_obs = jax.jit(jax.vmap(env.get_obs))
-    return env
 
 
 # --- conversions ---------------------------------------------------------------------------
@@ -61,8 +58,7 @@ def gym() -> Any:
 def to_gymnax(state: BreakoutState) -> EnvState:
     """gymnax's batched `EnvState` for our state (less `score`, which gymnax does not keep),
     with the dtypes of gymnax's own states."""
-    fields = {name: jnp.asarray(getattr(state, name).numpy()) for name in INT_FIELDS}
-    fields |= {name: jnp.asarray(getattr(state, name).numpy()) for name in BOOL_FIELDS}
+    fields = same_fields_for_gymnax(state, (*INT_FIELDS, *BOOL_FIELDS))
     brick_map = np.zeros((len(state.bricks), 10, 10), np.float32)
     wall = (state.bricks.numpy()[:, None] >> BRICK_BITS) & 1
     brick_map[:, 1:4, :] = wall.reshape(-1, 3, 10)
@@ -77,60 +73,34 @@ def from_gymnax(state: EnvState, score: torch.Tensor | None = None) -> BreakoutS
     outside = np.delete(brick_map, (1, 2, 3), axis=1)
     assert not outside.any(), "bricks outside rows 1-3 have no place in a BreakoutState"
     wall = brick_map[:, 1:4, :].reshape(-1, 30).astype(np.int64)
-    fields = {
-        name: torch.from_numpy(np.array(getattr(state, name), np.int32)) for name in INT_FIELDS
-    }
-    fields |= {
-        name: torch.from_numpy(np.array(getattr(state, name), np.bool_)) for name in BOOL_FIELDS
-    }
+    fields = same_fields_from_gymnax(state, INT_FIELDS, BOOL_FIELDS)
     bricks = torch.from_numpy((wall << BRICK_BITS).sum(1).astype(np.int32))
     if score is None:
         score = torch.zeros(len(bricks), dtype=torch.int32)
     return BreakoutState(bricks=bricks, score=score, **fields)
 
 
-def assert_same_gymnax_states(a: EnvState, b: EnvState) -> None:
-    for name in (*INT_FIELDS, *BOOL_FIELDS, "brick_map"):
-        x, y = np.asarray(getattr(a, name)), np.asarray(getattr(b, name))
-        assert x.dtype == y.dtype, name
-        np.testing.assert_array_equal(x, y, err_msg=name)
+REF = Reference(
+    gymnax_id="Breakout-MinAtar",
+    num_actions=NUM_ACTIONS,
+    obs_shape=OBS_SHAPE,
+    gymnax_fields=(*INT_FIELDS, *BOOL_FIELDS, "brick_map"),
+    to_gymnax=to_gymnax,
+    from_gymnax=from_gymnax,
+    step=lambda state, action, bits: advance(state, action),
+    initial_state=initial_state,
+    observe=observe,
+    truncated=truncated,
+    episode=episode,
+)
 
 
-def assert_same_states(a: BreakoutState, b: BreakoutState) -> None:
-    for name, x, y in zip(BreakoutState._fields, a, b, strict=True):
-        assert x.dtype == y.dtype, name
-        torch.testing.assert_close(x, y, rtol=0, atol=0, msg=name)
-
-
-def cat_states(*states: BreakoutState) -> BreakoutState:
-    return BreakoutState(*(torch.cat(fields) for fields in zip(*states, strict=True)))
+@pytest.fixture(scope="module")
+def gym() -> Any:
+    return gymnax_env(REF)
 
 
 # --- states to compare from ----------------------------------------------------------------
-
-
-def random_play_states(gym: Any, num_envs: int, num_steps: int, seed: int) -> EnvState:
-    """The `num_envs * num_steps` states that random play in gymnax passes through (its `step`
-    resets ended games, so none is terminal)."""
-
-    def play(key: jax.Array) -> EnvState:
-        reset_key, key = jax.random.split(key)
-        _, state = jax.vmap(gym.reset, in_axes=(0, None))(
-            jax.random.split(reset_key, num_envs), gym.params
-        )
-
-        def one_step(state: EnvState, key: jax.Array) -> tuple[EnvState, EnvState]:
-            action_key, step_key = jax.random.split(key)
-            action = jax.random.randint(action_key, (num_envs,), 0, NUM_ACTIONS)
-            _, new_state, *_ = jax.vmap(gym.step, in_axes=(0, 0, 0, None))(
-                jax.random.split(step_key, num_envs), state, action, gym.params
-            )
-            return new_state, state
-
-        _, states = jax.lax.scan(one_step, state, jax.random.split(key, num_steps))
-        return jax.tree.map(lambda leaf: leaf.reshape(-1, *leaf.shape[2:]), states)
-
-    return jax.jit(play)(jax.random.PRNGKey(seed))
 
 
 def thinned(state: BreakoutState, keep: float, generator: torch.Generator) -> BreakoutState:
@@ -172,7 +142,7 @@ def uniform_states(n: int, generator: torch.Generator) -> BreakoutState:
 @pytest.fixture(scope="module")
 def played(gym: Any) -> EnvState:
     """gymnax states from random play."""
-    return random_play_states(gym, num_envs=128, num_steps=48, seed=0)
+    return random_play_states(gym, REF, num_envs=128, num_steps=48, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -192,11 +162,7 @@ def states(played: EnvState) -> BreakoutState:
 
 
 def test_states_convert_both_ways(played: EnvState) -> None:
-    theirs = played
-    ours = from_gymnax(theirs)
-    assert_same_gymnax_states(to_gymnax(ours), theirs)
-    ours = ours._replace(score=torch.arange(len(ours.score), dtype=torch.int32))
-    assert_same_states(from_gymnax(to_gymnax(ours), ours.score), ours)
+    ours = assert_converts_both_ways(REF, played)
     assert ours.bricks.dtype == torch.int32 and ours.strike.dtype == torch.bool
 
 
@@ -205,47 +171,55 @@ def test_a_brick_map_outside_rows_1_to_3_does_not_convert(played: EnvState) -> N
         from_gymnax(played.replace(brick_map=played.brick_map.at[:, 5, 5].set(1.0)))
 
 
-def test_every_action_steps_as_gymnax_step_env(gym: Any, states: BreakoutState) -> None:
-    """Same next state (every field), reward, termination and observation, for every action
-    from every state; and the states reach every rule (so agreement is not vacuous)."""
-    n = len(states.pos)
-    keys = jax.random.split(jax.random.PRNGKey(3), n)  # step_env draws nothing from them
-    theirs = to_gymnax(states)
-    events = dict.fromkeys(
-        ("brick", "strike kept", "refill", "back", "sideways", "end", "side", "ceiling"), 0
-    )
-    for a in range(NUM_ACTIONS):
-        action = torch.full((n,), a, dtype=torch.int64)
-        new, reward, terminated = advance(states, action)
-        obs_j, new_j, reward_j, terminated_j, _ = gym.vstep_env(
-            keys, theirs, jnp.full((n,), a), gym.params
-        )
-        assert_same_states(new, from_gymnax(new_j, states.score + reward.to(torch.int32)))
-        assert reward.dtype == torch.float32 and terminated.dtype == torch.bool
-        np.testing.assert_array_equal(reward.numpy(), np.asarray(reward_j))
-        np.testing.assert_array_equal(terminated.numpy(), np.asarray(terminated_j))
-        np.testing.assert_array_equal(observe(new).numpy(), np.asarray(obs_j).astype(bool))
-        np.testing.assert_array_equal(np.asarray(obs_j), observe(new).numpy().astype(np.float32))
+def events(
+    a: int,
+    states: BreakoutState,
+    new: BreakoutState,
+    reward: torch.Tensor,
+    terminated: torch.Tensor,
+    bits: None,
+) -> dict[str, torch.Tensor]:
+    """Where each of Breakout's rules acted in one step: bricks hit, a strike kept, a wall
+    refilled, the ball sent back or sideways by the paddle, an end, side and ceiling
+    bounces."""
+    down = states.ball_dir >= 2
+    paddle = (states.ball_y == 8) & down & (new.ball_y == 8) & ~new.strike
+    right = (states.ball_dir == 1) | (states.ball_dir == 2)
+    return {
+        "brick": reward > 0,
+        "strike kept": states.strike & new.strike & (reward == 0),
+        "refill": (states.bricks == 0) & (new.bricks != 0),
+        "back": paddle & (states.ball_x == new.pos),
+        "sideways": paddle & (states.ball_x != new.pos),
+        "end": terminated,
+        "side": ((states.ball_x == 0) & ~right) | ((states.ball_x == 9) & right),
+        "ceiling": (states.ball_y == 0) & ~down,
+    }
 
-        down = states.ball_dir >= 2
-        paddle = (states.ball_y == 8) & down & (new.ball_y == 8) & ~new.strike
-        events["brick"] += int((reward > 0).sum())
-        events["strike kept"] += int((states.strike & new.strike & (reward == 0)).sum())
-        events["refill"] += int(((states.bricks == 0) & (new.bricks != 0)).sum())
-        events["back"] += int((paddle & (states.ball_x == new.pos)).sum())
-        events["sideways"] += int((paddle & (states.ball_x != new.pos)).sum())
-        events["end"] += int(terminated.sum())
-        right = (states.ball_dir == 1) | (states.ball_dir == 2)
-        side = ((states.ball_x == 0) & ~right) | ((states.ball_x == 9) & right)
-        events["side"] += int(side.sum())
-        events["ceiling"] += int(((states.ball_y == 0) & ~down).sum())
-    assert min(events.values()) >= 50, events
+
+def test_every_action_steps_as_gymnax_step_env(gym: Any, states: BreakoutState) -> None:
+    keys = jax.random.split(jax.random.PRNGKey(3), len(states.time))  # step_env draws nothing
+    assert_every_action_steps_as_gymnax(gym, REF, states, lambda a: (keys, None), events)
+
+
+def test_a_rule_that_is_not_gymnax_fails_the_comparison(gym: Any, states: BreakoutState) -> None:
+    """The comparison can fail: with bricks worth nothing (reward 0, score unchanged), the
+    first action already shows gymnax's rewards of 1."""
+
+    def worthless_bricks(
+        state: BreakoutState, action: torch.Tensor, bits: Any
+    ) -> tuple[BreakoutState, torch.Tensor, torch.Tensor]:
+        new, reward, terminated = advance(state, action)
+        return new._replace(score=state.score), torch.zeros_like(reward), terminated
+
+    keys = jax.random.split(jax.random.PRNGKey(3), len(states.time))
+    wrong = dataclasses.replace(REF, step=worthless_bricks)
+    with pytest.raises(AssertionError, match="reward"):
+        assert_every_action_steps_as_gymnax(gym, wrong, states, lambda a: (keys, None), events)
 
 
 def test_observations_are_gymnax_planes(gym: Any, states: BreakoutState) -> None:
-    obs = observe(states)
-    assert obs.shape == (len(states.pos), *OBS_SHAPE) and obs.dtype == torch.bool
-    np.testing.assert_array_equal(obs.numpy(), np.asarray(gym.vget_obs(to_gymnax(states))))
+    assert_observations_are_gymnax_planes(gym, REF, states)
 
 
 def test_starts_are_gymnax_starts(gym: Any) -> None:
@@ -265,84 +239,6 @@ def test_starts_are_gymnax_starts(gym: Any) -> None:
         assert abs(min(counts.values()) - n / 2) < 5 * math.sqrt(n / 4), counts
 
 
-# --- random play as distributions ----------------------------------------------------------
-
-
-def gymnax_episodes(gym: Any, num_envs: int, per_env: int, seed: int) -> np.ndarray:
-    """(return, length) of the first `per_env` episodes of each of `num_envs` random players:
-    every episode that starts counts, so short ones are not over-represented."""
-
-    def play(key: jax.Array) -> jax.Array:
-        reset_key, key = jax.random.split(key)
-        _, state = jax.vmap(gym.reset, in_axes=(0, None))(
-            jax.random.split(reset_key, num_envs), gym.params
-        )
-        episodes = jnp.zeros((num_envs, per_env, 2), jnp.float32)
-        done = jnp.zeros(num_envs, jnp.int32)
-        ret = jnp.zeros(num_envs, jnp.float32)
-
-        def unfinished(carry: tuple) -> jax.Array:
-            return (carry[2] < per_env).any()
-
-        def one_step(carry: tuple) -> tuple:
-            state, episodes, done, ret, key = carry
-            key, action_key, step_key = jax.random.split(key, 3)
-            action = jax.random.randint(action_key, (num_envs,), 0, NUM_ACTIONS)
-            _, new, reward, term, trunc, _ = jax.vmap(gym.step, in_axes=(0, 0, 0, None))(
-                jax.random.split(step_key, num_envs), state, action, gym.params
-            )
-            ret = ret + reward
-            ended = (term | trunc) & (done < per_env)
-            row = jnp.stack([ret, (state.time + 1).astype(jnp.float32)], 1)
-            slot = jnp.minimum(done, per_env - 1)
-            current = episodes[jnp.arange(num_envs), slot]
-            episodes = episodes.at[jnp.arange(num_envs), slot].set(
-                jnp.where(ended[:, None], row, current)
-            )
-            ret = jnp.where(term | trunc, 0.0, ret)
-            return new, episodes, done + ended, ret, key
-
-        carry = jax.lax.while_loop(unfinished, one_step, (state, episodes, done, ret, key))
-        return carry[1]
-
-    return np.asarray(jax.jit(play)(jax.random.PRNGKey(seed))).reshape(-1, 2)
-
-
-def torch_episodes(num_envs: int, per_env: int, seed: int, rules: Any = advance) -> np.ndarray:
-    """The same as `gymnax_episodes` with our rules: starts from random bits, actions from a
-    torch generator, ended games restarted in place; returns and lengths from `episode`."""
-    generator = torch.Generator().manual_seed(seed)
-
-    def bits() -> torch.Tensor:
-        return torch.randint(0, 2**32, (num_envs,), generator=generator)
-
-    state = initial_state(bits())
-    episodes = np.zeros((num_envs, per_env, 2), np.float32)
-    done = np.zeros(num_envs, np.int64)
-    ret = torch.zeros(num_envs)
-    while (done < per_env).any():
-        action = torch.randint(0, NUM_ACTIONS, (num_envs,), generator=generator)
-        state, reward, terminated = rules(state, action)
-        ret += reward
-        ended_t = terminated | truncated(state)
-        ended = ended_t.numpy() & (done < per_env)
-        rows = np.flatnonzero(ended)
-        returns, lengths = episode(state)
-        assert torch.equal(returns[rows], ret[rows])  # the score is the sum of the rewards
-        episodes[rows, done[rows]] = torch.stack((returns, lengths.float()), 1).numpy()[rows]
-        done += ended
-        fresh = initial_state(bits())
-        state = BreakoutState(
-            *(torch.where(ended_t, f, s) for f, s in zip(fresh, state, strict=True))
-        )
-        ret = torch.where(ended_t, 0.0, ret)
-    return episodes.reshape(-1, 2)
-
-
 @pytest.mark.slow
 def test_random_play_returns_and_lengths_agree_with_gymnax(gym: Any) -> None:
-    ours = torch_episodes(num_envs=2048, per_env=4, seed=0)
-    theirs = gymnax_episodes(gym, num_envs=2048, per_env=4, seed=0)
-    assert ours[:, 0].max() >= 3 and theirs[:, 0].max() >= 3  # not all-zero returns
-    assert_same_law(ours[:, 0], theirs[:, 0], "return")
-    assert_same_law(ours[:, 1], theirs[:, 1], "length")
+    assert_random_play_agrees(gym, REF, num_envs=2048, per_env=4, least_best_return=3)

@@ -1,12 +1,10 @@
 """MinAtar Freeway in torch against gymnax's `Freeway-MinAtar`, whose rules it copies.
 
-States convert field by field between gymnax's `EnvState` and `FreewayState` (gymnax's car
-rows `[x, lane, timer, speed]` are three `(N, 8)` fields, the lane being always car + 1;
-`score`, which gymnax does not keep, is the return so far). From the same states, reached by
-random play in gymnax, placed one row below the top, and drawn uniformly over the fields'
-ranges, both step with every action and must agree exactly: every field of the next state,
-the reward, termination and the observation. gymnax's `step` resets ended games, so the
-comparison is against its `step_env`.
+What is compared and why it is exact: `tests/minatar_reference.py`. Here: states convert
+field by field (gymnax's car rows `[x, lane, timer, speed]` are three `(N, 8)` fields, the
+lane being always car + 1). The states stepped from are those reached by random play in
+gymnax (through the time limit), the same placed one row below the top, and states drawn
+uniformly over the fields' ranges.
 
 gymnax's step draws new car speeds from its key (kept only when the chicken scores); our
 rules take them from 32 random bits. The comparison stays exact by conditioning on that
@@ -40,30 +38,28 @@ from fruit_env.games.minatar_freeway.rules import (
     observe,
     truncated,
 )
-
-jax = pytest.importorskip(
-    "jax", reason="the reference rules are gymnax's Freeway, which needs jax (the gymnax extra)"
+from tests.minatar_laws import assert_same_law
+from tests.minatar_reference import (
+    Reference,
+    assert_converts_both_ways,
+    assert_every_action_steps_as_gymnax,
+    assert_observations_are_gymnax_planes,
+    assert_same_states,
+    cat_states,
+    gymnax_env,
+    gymnax_game,
+    jax,
+    jnp,
+    random_play_states,
+    same_fields_for_gymnax,
+    same_fields_from_gymnax,
 )
-gymnax = pytest.importorskip("gymnax", reason="the reference rules are gymnax's Freeway")
-jnp = jax.numpy
-from gymnax.environments.minatar.freeway import EnvState  # noqa: E402
 
-from tests.minatar_laws import assert_same_law  # noqa: E402
+EnvState = gymnax_game("freeway").EnvState
 
 LANES = np.arange(1, NUM_CARS + 1, dtype=np.int32)
 SCALAR_FIELDS = ("pos", "move_timer", "time", "terminal")
 CAR_FIELDS = ("car_x", "car_timer", "car_speed")  # gymnax's cars[:, :, 0], [2] and [3]
-
-
-@pytest.fixture(scope="module")
-def gym() -> Any:
-    """gymnax's env with its jitted, vmapped functions (compiled once per module)."""
-    env, params = gymnax.make("Freeway-MinAtar")
-    env.params = params
-    env.vreset = jax.jit(jax.vmap(env.reset_env, in_axes=(0, None)))
-    env.vstep_env = jax.jit(jax.vmap(env.step_env, in_axes=(0, 0, 0, None)))
-    env.vget_obs = jax.jit(jax.vmap(env.get_obs))
-    return env
 
 
 # --- conversions ---------------------------------------------------------------------------
@@ -74,7 +70,7 @@ def to_gymnax(state: FreewayState) -> EnvState:
     n = len(state.pos)
     columns = [getattr(state, name).numpy() for name in CAR_FIELDS]
     cars = np.stack([columns[0], np.broadcast_to(LANES, (n, NUM_CARS)), *columns[1:]], -1)
-    fields = {name: jnp.asarray(getattr(state, name).numpy()) for name in SCALAR_FIELDS}
+    fields = same_fields_for_gymnax(state, SCALAR_FIELDS)
     return EnvState(cars=jnp.asarray(cars), **fields)
 
 
@@ -87,31 +83,30 @@ def from_gymnax(state: EnvState, score: torch.Tensor | None = None) -> FreewaySt
         name: torch.from_numpy(np.ascontiguousarray(cars[:, :, column]))
         for name, column in zip(CAR_FIELDS, (0, 2, 3), strict=True)
     }
-    fields |= {
-        name: torch.from_numpy(np.array(getattr(state, name), np.int32))
-        for name in ("pos", "move_timer", "time")
-    }
-    terminal = torch.from_numpy(np.array(state.terminal, np.bool_))
+    fields |= same_fields_from_gymnax(state, ("pos", "move_timer", "time"), ("terminal",))
     if score is None:
-        score = torch.zeros(len(terminal), dtype=torch.int32)
-    return FreewayState(terminal=terminal, score=score, **fields)
+        score = torch.zeros(len(cars), dtype=torch.int32)
+    return FreewayState(score=score, **fields)
 
 
-def assert_same_gymnax_states(a: EnvState, b: EnvState) -> None:
-    for name in ("cars", *SCALAR_FIELDS):
-        x, y = np.asarray(getattr(a, name)), np.asarray(getattr(b, name))
-        assert x.dtype == y.dtype, name
-        np.testing.assert_array_equal(x, y, err_msg=name)
+REF = Reference(
+    gymnax_id="Freeway-MinAtar",
+    num_actions=NUM_ACTIONS,
+    obs_shape=OBS_SHAPE,
+    gymnax_fields=("cars", *SCALAR_FIELDS),
+    to_gymnax=to_gymnax,
+    from_gymnax=from_gymnax,
+    step=lambda state, action, bits: advance(state, action, bits()),
+    initial_state=initial_state,
+    observe=observe,
+    truncated=truncated,
+    episode=episode,
+)
 
 
-def assert_same_states(a: FreewayState, b: FreewayState) -> None:
-    for name, x, y in zip(FreewayState._fields, a, b, strict=True):
-        assert x.dtype == y.dtype, name
-        torch.testing.assert_close(x, y, rtol=0, atol=0, msg=name)
-
-
-def cat_states(*states: FreewayState) -> FreewayState:
-    return FreewayState(*(torch.cat(fields) for fields in zip(*states, strict=True)))
+@pytest.fixture(scope="module")
+def gym() -> Any:
+    return gymnax_env(REF)
 
 
 # --- gymnax's random draw, and the bits that give it to our rules --------------------------
@@ -140,30 +135,6 @@ def bits_for(speeds: torch.Tensor) -> torch.Tensor:
 
 
 # --- states to compare from ----------------------------------------------------------------
-
-
-def random_play_states(gym: Any, num_envs: int, num_steps: int, seed: int) -> EnvState:
-    """The `num_envs * num_steps` states that random play in gymnax passes through (its
-    `step` resets games at the time limit)."""
-
-    def play(key: jax.Array) -> EnvState:
-        reset_key, key = jax.random.split(key)
-        _, state = jax.vmap(gym.reset, in_axes=(0, None))(
-            jax.random.split(reset_key, num_envs), gym.params
-        )
-
-        def one_step(state: EnvState, key: jax.Array) -> tuple[EnvState, EnvState]:
-            action_key, step_key = jax.random.split(key)
-            action = jax.random.randint(action_key, (num_envs,), 0, NUM_ACTIONS)
-            _, new_state, *_ = jax.vmap(gym.step, in_axes=(0, 0, 0, None))(
-                jax.random.split(step_key, num_envs), state, action, gym.params
-            )
-            return new_state, state
-
-        _, states = jax.lax.scan(one_step, state, jax.random.split(key, num_steps))
-        return jax.tree.map(lambda leaf: leaf.reshape(-1, *leaf.shape[2:]), states)
-
-    return jax.jit(play)(jax.random.PRNGKey(seed))
 
 
 def one_row_below_the_top(state: FreewayState) -> FreewayState:
@@ -197,7 +168,7 @@ def uniform_states(n: int, generator: torch.Generator) -> FreewayState:
 def played(gym: Any) -> EnvState:
     """gymnax states from random play, through a time limit: every 20th state of 32 games
     over 2600 steps."""
-    states = random_play_states(gym, num_envs=32, num_steps=2600, seed=0)
+    states = random_play_states(gym, REF, num_envs=32, num_steps=2600, seed=0)
     return jax.tree.map(lambda leaf: leaf[::20], states)
 
 
@@ -213,11 +184,7 @@ def states(played: EnvState) -> FreewayState:
 
 
 def test_states_convert_both_ways(played: EnvState) -> None:
-    theirs = played
-    ours = from_gymnax(theirs)
-    assert_same_gymnax_states(to_gymnax(ours), theirs)
-    ours = ours._replace(score=torch.arange(len(ours.score), dtype=torch.int32))
-    assert_same_states(from_gymnax(to_gymnax(ours), ours.score), ours)
+    ours = assert_converts_both_ways(REF, played)
     assert ours.car_x.shape == (len(ours.pos), NUM_CARS) and ours.terminal.dtype == torch.bool
     assert int(ours.time.max()) == MAX_STEPS_IN_EPISODE - 1  # play went through the limit
 
@@ -240,54 +207,46 @@ def test_bits_for_gives_car_speeds_any_draw() -> None:
     assert torch.equal(car_speeds(bits), speeds)
 
 
-def test_every_action_steps_as_gymnax_step_env(gym: Any, states: FreewayState) -> None:
-    """Same next state (every field), reward, termination and observation, for every action
-    from every state, gymnax's draw of new speeds given to our rules as bits; and the states
-    reach every rule (so agreement is not vacuous)."""
-    n = len(states.pos)
-    keys = jax.random.split(jax.random.PRNGKey(3), n)
-    bits = bits_for(gymnax_draws(keys))
-    theirs = to_gymnax(states)
-    events = dict.fromkeys(
-        ("up", "down", "waits", "scores", "new speeds", "hit still", "hit moving", "car moves",
-         "wraps", "max speed"), 0,
-    )  # fmt: skip
-    for a in range(NUM_ACTIONS):
-        action = torch.full((n,), a, dtype=torch.int64)
-        new, reward, terminated = advance(states, action, bits)
-        obs_j, new_j, reward_j, terminated_j, _ = gym.vstep_env(
-            keys, theirs, jnp.full((n,), a), gym.params
-        )
-        assert_same_states(new, from_gymnax(new_j, states.score + reward.to(torch.int32)))
-        assert reward.dtype == torch.float32 and terminated.dtype == torch.bool
-        np.testing.assert_array_equal(reward.numpy(), np.asarray(reward_j))
-        np.testing.assert_array_equal(terminated.numpy(), np.asarray(terminated_j))
-        np.testing.assert_array_equal(observe(new).numpy(), np.asarray(obs_j).astype(bool))
-        np.testing.assert_array_equal(np.asarray(obs_j), observe(new).numpy().astype(np.float32))
+def events(
+    a: int,
+    states: FreewayState,
+    new: FreewayState,
+    reward: torch.Tensor,
+    terminated: torch.Tensor,
+    bits: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """Where each of Freeway's rules acted in one step: the chicken up, down or waiting,
+    scores (and the new speeds they draw), hits by a still and by a moving car, car moves,
+    wraps and moves at top speed."""
+    ready = states.move_timer == 0
+    scored = reward > 0
+    moved = new.car_x != states.car_x
+    lane = states.pos[:, None] == torch.from_numpy(LANES)
+    kept = ~scored & (states.pos != 0)
+    hit = kept & (new.pos == 9) & (states.pos != 9)
+    return {
+        "up": kept & ready & (a == 1) & (new.pos == states.pos - 1),
+        "down": ready & (a == 2) & (new.pos == states.pos + 1),
+        "waits": ~ready & (a != 0) & (new.pos == states.pos),
+        "scores": scored,
+        "new speeds": (new.car_speed != states.car_speed).any(1),
+        "hit still": hit[:, None] & lane & (states.car_x == 4) & ~moved,
+        "hit moving": hit[:, None] & lane & (new.car_x == 4) & moved,
+        "car moves": moved,
+        "wraps": moved & ((new.car_x - states.car_x).abs() == 9),
+        "max speed": moved & (new.car_speed.abs() == 5),
+    }
 
-        ready = states.move_timer == 0
-        scored = reward > 0
-        moved = new.car_x != states.car_x
-        lane = states.pos[:, None] == torch.from_numpy(LANES)
-        kept = ~scored & (states.pos != 0)
-        events["up"] += int((kept & ready & (a == 1) & (new.pos == states.pos - 1)).sum())
-        events["down"] += int((ready & (a == 2) & (new.pos == states.pos + 1)).sum())
-        events["waits"] += int((~ready & (a != 0) & (new.pos == states.pos)).sum())
-        events["scores"] += int(scored.sum())
-        events["new speeds"] += int((new.car_speed != states.car_speed).any(1).sum())
-        hit = kept & (new.pos == 9) & (states.pos != 9)
-        events["hit still"] += int((hit[:, None] & lane & (states.car_x == 4) & ~moved).sum())
-        events["hit moving"] += int((hit[:, None] & lane & (new.car_x == 4) & moved).sum())
-        events["car moves"] += int(moved.sum())
-        events["wraps"] += int((moved & ((new.car_x - states.car_x).abs() == 9)).sum())
-        events["max speed"] += int((moved & (new.car_speed.abs() == 5)).sum())
-    assert min(events.values()) >= 50, events
+
+def test_every_action_steps_as_gymnax_step_env(gym: Any, states: FreewayState) -> None:
+    """gymnax's draw of new speeds is given to our rules as bits."""
+    keys = jax.random.split(jax.random.PRNGKey(3), len(states.time))
+    bits = bits_for(gymnax_draws(keys))
+    assert_every_action_steps_as_gymnax(gym, REF, states, lambda a: (keys, bits), events)
 
 
 def test_observations_are_gymnax_planes(gym: Any, states: FreewayState) -> None:
-    obs = observe(states)
-    assert obs.shape == (len(states.pos), *OBS_SHAPE) and obs.dtype == torch.bool
-    np.testing.assert_array_equal(obs.numpy(), np.asarray(gym.vget_obs(to_gymnax(states))))
+    assert_observations_are_gymnax_planes(gym, REF, states)
 
 
 def test_a_start_is_gymnax_start_for_the_same_draw(gym: Any) -> None:
