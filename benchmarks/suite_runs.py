@@ -231,16 +231,18 @@ def run_grpo(task: Task, job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _throughput(update_s: list[float], env_steps: list[int]) -> dict[str, Any]:
-    """Env-steps/s of every update after the first (the warm-up), and their median."""
-    rates = [
-        (env_steps[i] - env_steps[i - 1]) / update_s[i]
-        for i in range(1, len(update_s))
-        if update_s[i] > 0
-    ]
+    """Env-steps/s of every update after the first (the warm-up), their median, and the pace
+    of them all together (their env steps over their seconds), which also counts the work a
+    config does only every few updates (a median would skip those updates)."""
+    timed = [i for i in range(1, len(update_s)) if update_s[i] > 0]
+    rates = [(env_steps[i] - env_steps[i - 1]) / update_s[i] for i in timed]
+    seconds = sum(update_s[i] for i in timed)
+    played = sum(env_steps[i] - env_steps[i - 1] for i in timed)
     return {
         "timed_updates": len(rates),
         "update_env_steps_per_s": [round(r, 1) for r in rates],
         "median_update_env_steps_per_s": round(statistics.median(rates), 1) if rates else None,
+        "pace_env_steps_per_s": round(played / seconds, 1) if seconds else None,
     }
 
 

@@ -67,7 +67,7 @@ def run_wallclock(
     steps, calibrations = job["budget"], []
     for _ in range(CALIBRATIONS):
         calibration = run({**job, "budget": steps, "throughput": updates, "row": job["row"] + "~"})
-        keep = ("first_update_s", "median_update_env_steps_per_s", "updates", "env_steps")
+        keep = ("first_update_s", "pace_env_steps_per_s", "updates", "env_steps")
         calibrations.append({"budget": steps, **{k: calibration.get(k) for k in keep}})
         try:
             estimate = estimate_env_steps(calibration, budget_s)
@@ -117,7 +117,7 @@ def _run_pace(record: dict[str, Any]) -> dict[str, Any] | None:
     rate = (record["env_steps"] - per_update) / seconds
     return {
         "first_update_s": first_s,
-        "median_update_env_steps_per_s": rate,
+        "pace_env_steps_per_s": rate,
         "updates": updates,
         "env_steps": record["env_steps"],
     }
@@ -125,9 +125,10 @@ def _run_pace(record: dict[str, Any]) -> dict[str, Any] | None:
 
 def estimate_env_steps(calibration: dict[str, Any], budget_s: float) -> int:
     """The env steps `budget_s` seconds buy: the first update (compiling included) as the
-    calibration timed it, then whole updates at its median pace times `HEADROOM`; at least
-    one update. Raises `ValueError` for a calibration that timed no update."""
-    rate = calibration.get("median_update_env_steps_per_s")
+    calibration timed it, then whole updates at the pace of its timed updates together (so
+    a config whose extra work comes every few updates is timed with it) times `HEADROOM`; at
+    least one update. Raises `ValueError` for a calibration that timed no update."""
+    rate = calibration.get("pace_env_steps_per_s")
     first_s, updates = calibration.get("first_update_s"), calibration.get("updates")
     if not rate or first_s is None or not updates:
         raise ValueError(f"the calibration timed no update: {calibration.get('error', '?')}")

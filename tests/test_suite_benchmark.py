@@ -382,6 +382,8 @@ def test_a_run_stops_at_its_threshold_and_throughput_times_its_updates(
     rates = timed["update_env_steps_per_s"]
     assert len(rates) == 2 and all(r > 0 for r in rates)
     assert timed["median_update_env_steps_per_s"] == pytest.approx(sum(rates) / 2, abs=0.1)
+    # the pace of both together: their env steps over their seconds, between the two rates
+    assert min(rates) - 0.1 <= timed["pace_env_steps_per_s"] <= max(rates) + 0.1
 
 
 @pytest.mark.slow
@@ -475,7 +477,7 @@ def test_the_env_steps_a_time_budget_buys(suite: Any) -> None:
     wallclock = sys.modules["suite_wallclock"]
     calibration = {
         "first_update_s": 2.0,
-        "median_update_env_steps_per_s": 10_000.0,
+        "pace_env_steps_per_s": 10_000.0,
         "updates": 4,
         "env_steps": 4 * 1024,
     }
@@ -488,12 +490,20 @@ def test_the_env_steps_a_time_budget_buys(suite: Any) -> None:
         wallclock.estimate_env_steps({"error": "boom"}, 10.0)
 
 
+def test_a_calibrations_pace_counts_the_updates_that_do_more(runs_module: Any) -> None:
+    # four timed updates of 1024 env steps after the warm-up; every fourth does three times
+    # the work (as a config that plays extra steps every few updates does)
+    timed = runs_module._throughput([5.0, 1.0, 1.0, 1.0, 3.0], [1024 * i for i in range(1, 6)])
+    assert timed["median_update_env_steps_per_s"] == 1024.0  # blind to the slow update
+    assert timed["pace_env_steps_per_s"] == round(4 * 1024 / 6.0, 1)
+
+
 def _calibration(job: dict[str, Any]) -> dict[str, Any]:
     """A fake calibration run: 1024 env steps per update, 100k/s after a 1 s first one."""
     updates = job["throughput"] + 2
     return {
         "first_update_s": 1.0,
-        "median_update_env_steps_per_s": 100_000.0,
+        "pace_env_steps_per_s": 100_000.0,
         "updates": updates,
         "env_steps": 1024 * updates,
     }
