@@ -302,6 +302,12 @@ class GRPOConfig:
         "windowed, envs with state snapshots: a group re-branches from one member's state "
         "after this many steps (0: never)",
     )
+    branch_complete: bool = _field(
+        False,
+        "windowed, with branch_every: every group branches at the same rows, and the path each "
+        "member leaves plays window - 1 more steps as inference only; its discounted return "
+        "completes the returns of the rows before the branch instead of cutting them",
+    )
     branch_ended: bool = _field(
         True,
         "windowed, envs with state snapshots: a member whose episode ended takes the state of "
@@ -408,6 +414,8 @@ class GRPOConfig:
             _check_int(self, "max_episode_steps", minimum=1)
         _check_int(self, "restart_every", minimum=1)
         _check_int(self, "branch_every", minimum=0)
+        if self.branch_complete and not self.branch_every:
+            raise ValueError("branch_complete needs branch_every > 0")
         for name in ("minibatch_size", "micro_batches"):
             _check_int(self, name, minimum=1)
         if self.epochs is not None:
