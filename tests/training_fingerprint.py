@@ -78,6 +78,9 @@ REMOVED_RUN = {"eval_sampled": False}
 # Run fields added since, which change no training (how a run dir is treated): dropped from
 # the newer tree's checkpoint state before it is digested.
 ADDED_RUN = ("overwrite",)
+# Algorithm fields added since, at the value that does what the reference did (checked):
+# dropped from the newer tree's checkpoint state before it is digested.
+ADDED = {"branch_complete": False}
 
 
 def _digest(value: Any) -> str:
@@ -118,6 +121,9 @@ def fingerprint(case: dict[str, Any]) -> dict[str, Any]:
             rollout["env"] = env[:3]  # what the reference records: its training is the same
     for name in ADDED_RUN:
         state["config"]["run"].pop(name, None)
+    for name, value in ADDED.items():
+        if name in state["config"]:
+            assert state["config"].pop(name) == value, name
     return {
         "policy": _digest(trainer.policy.state_dict()),
         "optimizer": _digest(trainer.optimizer.state_dict()),

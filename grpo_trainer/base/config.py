@@ -302,6 +302,13 @@ class GRPOConfig:
         "windowed, envs with state snapshots: a group re-branches from one member's state "
         "after this many steps (0: never)",
     )
+    branch_complete: bool = _field(
+        False,
+        "windowed, with branch_every: every group branches at the same rows, and the path each "
+        "member leaves plays window - 1 more steps as inference only (not counted in "
+        "total_env_steps); their discounted return completes the rows before the branch "
+        "instead of cutting them",
+    )
     branch_ended: bool = _field(
         True,
         "windowed, envs with state snapshots: a member whose episode ended takes the state of "
@@ -408,6 +415,13 @@ class GRPOConfig:
             _check_int(self, "max_episode_steps", minimum=1)
         _check_int(self, "restart_every", minimum=1)
         _check_int(self, "branch_every", minimum=0)
+        if self.branch_complete and (
+            not self.branch_every or self.branch_every % self.restart_every
+        ):
+            raise ValueError(
+                "branch_complete needs branch_every > 0, a multiple of restart_every (groups "
+                f"branch at a restart check), got {self.branch_every} and {self.restart_every}"
+            )
         for name in ("minibatch_size", "micro_batches"):
             _check_int(self, name, minimum=1)
         if self.epochs is not None:

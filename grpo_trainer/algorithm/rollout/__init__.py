@@ -20,7 +20,7 @@ from grpo_trainer.algorithm.rollout.buffer import (
     SampleFn,
     storage_dtype,
 )
-from grpo_trainer.algorithm.rollout.modes import EpisodeRollout, WindowedRollout
+from grpo_trainer.algorithm.rollout.modes import BranchCompletion, EpisodeRollout, WindowedRollout
 from grpo_trainer.algorithm.rollout.restarts import (
     GroupRestarts,
     GroupSeeds,
@@ -96,7 +96,10 @@ def make_rollout(
     )
     restarts = _restart_policy(config, env, seeds, generator)
     steps = config.max_episode_steps
-    return WindowedRollout(env, buffer, head, restarts, steps, noise, config.window)
+    completion = None
+    if config.branch_complete and isinstance(restarts, GroupRestarts):
+        completion = BranchCompletion(env, head, noise, config.window, config.gamma)
+    return WindowedRollout(env, buffer, head, restarts, steps, noise, config.window, completion)
 
 
 def _restart_policy(
@@ -131,5 +134,6 @@ def _restart_policy(
         generator,
         every=config.restart_every,
         branch_every=config.branch_every,
+        aligned=config.branch_complete,
         branch_ended=config.branch_ended and method.can_branch,
     )

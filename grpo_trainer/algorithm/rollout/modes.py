@@ -34,6 +34,51 @@ STATE_KEYS = frozenset(
 )
 
 
+class BranchCompletion:
+    """What a path left at a branch would have brought (`branch_complete`): from the state
+    every sub-env has reached, the policy plays `window - 1` more steps as inference only
+    (nothing stored, nothing trained), and the env is put back. The discounted return of
+    those steps, `γ Σ_j γ^j r[j]`, is added to the reward of the branch row, so the rows
+    before the branch are credited with their own path's future instead of being cut there.
+    One such rollout serves every group, so groups branch at the same rows (`aligned`).
+
+    The rows before a branch see up to `2 window - 2` steps, the rest `window`: within a
+    group all members branch at the same row, so the comparison stays like for like."""
+
+    def __init__(
+        self, env: EnvIO, head: ActionHead, noise: ExplorationNoise, window: int, gamma: float
+    ) -> None:
+        self.env, self.head, self.noise = env, head, noise
+        self.steps, self.gamma = window - 1, gamma
+        self.env_steps = 0  # inference-only steps played so far, over all sub-envs
+
+    def __call__(
+        self,
+        obs: torch.Tensor,
+        playing: torch.Tensor,
+        scratch: torch.Tensor,
+        sample: SampleFn,
+        generator: torch.Generator,
+    ) -> torch.Tensor:
+        envs, index = self.env.envs, self.env.indices
+        saved, last_noise = envs.snapshot_state(index), self.noise.last
+        total = torch.zeros_like(playing, dtype=torch.float32)
+        going = playing.to(torch.float32)
+        discount = self.gamma
+        for _ in range(self.steps):
+            scratch.copy_(obs)  # the policy reads observations as the buffer stores them
+            action, _ = sample(scratch, self.noise.draw(generator, obs.device))
+            step = self.env.step(self.head.to_env(action))
+            total += discount * step.reward * going
+            going = going * ~step.done
+            discount *= self.gamma
+            obs = step.obs
+        envs.restore_state(index, saved)
+        self.noise.last = last_noise
+        self.env_steps += self.steps * len(playing)
+        return total
+
+
 class WindowedRollout:
     """`trained_rows` new steps per sub-env per update; episodes run on across updates."""
 
@@ -46,8 +91,10 @@ class WindowedRollout:
         max_episode_steps: int | None,
         noise: ExplorationNoise,
         window: int,
+        completion: BranchCompletion | None = None,
     ) -> None:
         self.env, self.buffer, self.head, self.restarts = env, buffer, head, restarts
+        self.completion = completion
         self.runner = EpisodeRunner(env, max_episode_steps)
         self.noise, self.window = noise, window
         self.horizon = buffer.trained_rows  # new steps per sub-env in every collect
@@ -70,6 +117,13 @@ class WindowedRollout:
         for row in range(buffer.lookahead_rows, buffer.rows):
             step = runner.step(recorder.act(row, obs))
             recorder.record(row, step)
+            if self.completion is not None and self.restarts.branches_after_next_step():
+                scratch = buffer.obs[row]  # already read by this row's action; put back below
+                stored = scratch.clone()
+                buffer.rewards[row] += self.completion(
+                    step.env.obs, runner.alive, scratch, sample, generator
+                )
+                scratch.copy_(stored)
             obs = self.restarts.after_step(row, step, runner, buffer)
         self.obs = obs
         return rollout_view(buffer, runner, buffer.rows, self.window)

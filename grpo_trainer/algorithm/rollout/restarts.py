@@ -42,6 +42,10 @@ class RestartPolicy:
     ) -> torch.Tensor:
         raise NotImplementedError
 
+    def branches_after_next_step(self) -> bool:
+        """Whether every group branches after the next step (`GroupRestarts`, aligned)."""
+        return False
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -66,10 +70,11 @@ class GroupRestarts(RestartPolicy):
         every: int,
         branch_every: int,
         branch_ended: bool,
+        aligned: bool = False,
     ) -> None:
         self.env, self.group_size, self.seeds = env, group_size, seeds
         self.generator, self.every, self.branch_every = generator, every, branch_every
-        self.branch_ended = branch_ended
+        self.branch_ended, self.aligned = branch_ended, aligned
         device, n = env.device, env.num_envs
         self.leader = torch.arange(n, device=device) // group_size * group_size
         self.steps_since_branch = torch.zeros(n, device=device)  # since it (re)started or branched
@@ -104,7 +109,10 @@ class GroupRestarts(RestartPolicy):
         if self.branch_ended:
             source = torch.where(~runner.alive & ~fresh, donor, source)
         if self.branch_every:
-            due = (self.steps_since_branch >= self.branch_every) & ~fresh
+            if self.aligned:  # every group at once: one completion rollout serves them all
+                due = ~fresh if self.steps % self.branch_every == 0 else torch.zeros_like(fresh)
+            else:
+                due = (self.steps_since_branch >= self.branch_every) & ~fresh
             source = torch.where(due, donor, source)
             buffer.cut[row] |= due  # the group's paths end here; their returns stop
             self.steps_since_branch.masked_fill_(due | fresh, 0.0)
@@ -112,6 +120,11 @@ class GroupRestarts(RestartPolicy):
         obs = self.env.restart(obs, fresh, source, lambda: [s for s in seeds() for _ in range(k)])
         runner.branch_from(source, fresh)
         return obs
+
+    def branches_after_next_step(self) -> bool:
+        """Whether the check after the next step branches every group (`aligned`)."""
+        after = self.steps + 1
+        return self.aligned and after % self.every == 0 and after % self.branch_every == 0
 
     def state_dict(self) -> dict[str, Any]:
         # the checkpoint's key names are the file format's
