@@ -98,7 +98,7 @@ def make_rollout(
     steps = config.max_episode_steps
     completion = None
     if config.branch_complete and isinstance(restarts, GroupRestarts):
-        completion = BranchCompletion(env, head, noise, config.window, config.gamma)
+        completion = BranchCompletion(env, head, noise, config.window, config.gamma, buffer.obs[0])
     return WindowedRollout(env, buffer, head, restarts, steps, noise, config.window, completion)
 
 

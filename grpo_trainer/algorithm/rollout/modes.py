@@ -46,17 +46,25 @@ class BranchCompletion:
     group all members branch at the same row, so the comparison stays like for like."""
 
     def __init__(
-        self, env: EnvIO, head: ActionHead, noise: ExplorationNoise, window: int, gamma: float
+        self,
+        env: EnvIO,
+        head: ActionHead,
+        noise: ExplorationNoise,
+        window: int,
+        gamma: float,
+        stored_obs: torch.Tensor,
     ) -> None:
         self.env, self.head, self.noise = env, head, noise
         self.steps, self.gamma = window - 1, gamma
+        # the policy reads observations as the buffer stores them (its dtype), so they go
+        # through a row of their own, allocated once
+        self.scratch = torch.empty_like(stored_obs)
         self.env_steps = 0  # inference-only steps played so far, over all sub-envs
 
     def __call__(
         self,
         obs: torch.Tensor,
         playing: torch.Tensor,
-        scratch: torch.Tensor,
         sample: SampleFn,
         generator: torch.Generator,
     ) -> torch.Tensor:
@@ -66,8 +74,8 @@ class BranchCompletion:
         going = playing.to(torch.float32)
         discount = self.gamma
         for _ in range(self.steps):
-            scratch.copy_(obs)  # the policy reads observations as the buffer stores them
-            action, _ = sample(scratch, self.noise.draw(generator, obs.device))
+            self.scratch.copy_(obs)
+            action, _ = sample(self.scratch, self.noise.draw(generator, obs.device))
             step = self.env.step(self.head.to_env(action))
             total += discount * step.reward * going
             going = going * ~step.done
@@ -118,12 +126,9 @@ class WindowedRollout:
             step = runner.step(recorder.act(row, obs))
             recorder.record(row, step)
             if self.completion is not None and self.restarts.branches_after_next_step():
-                scratch = buffer.obs[row]  # already read by this row's action; put back below
-                stored = scratch.clone()
                 buffer.rewards[row] += self.completion(
-                    step.env.obs, runner.alive, scratch, sample, generator
+                    step.env.obs, runner.alive, sample, generator
                 )
-                scratch.copy_(stored)
             obs = self.restarts.after_step(row, step, runner, buffer)
         self.obs = obs
         return rollout_view(buffer, runner, buffer.rows, self.window)

@@ -122,9 +122,9 @@ class GroupRestarts(RestartPolicy):
         return obs
 
     def branches_after_next_step(self) -> bool:
-        """Whether the check after the next step branches every group (`aligned`)."""
-        after = self.steps + 1
-        return self.aligned and after % self.every == 0 and after % self.branch_every == 0
+        """Whether the check after the next step branches every group (`aligned`; the config
+        makes `branch_every` a multiple of the checks' `every`)."""
+        return self.aligned and (self.steps + 1) % self.branch_every == 0
 
     def state_dict(self) -> dict[str, Any]:
         # the checkpoint's key names are the file format's
