@@ -308,10 +308,13 @@ def _uncopyable(num_envs: int) -> gym.vector.VectorEnv:
     return gym.vector.SyncVectorEnv([LockedEnv] * num_envs)
 
 
-def test_branching_needs_state_snapshots() -> None:
-    with pytest.raises(ValueError, match="branch_every"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "cannot be copied"
-        _trainer(_uncopyable(2), branch_every=4)
+@pytest.mark.parametrize("make", [_uncopyable, _unadapted], ids=["seeded", "restarts itself"])
+def test_branching_needs_state_snapshots(make: Any) -> None:
+    """Refused, not ignored, also where the env restarts its sub-envs itself."""
+    refused = pytest.raises(ValueError, match="branch_every: branching needs state snapshots")
+    with refused, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "cannot be copied" / "list of seeds"
+        _trainer(make(2), branch_every=4)
 
 
 def test_group_restarts_give_identical_starts_on_a_sync_vector_env() -> None:

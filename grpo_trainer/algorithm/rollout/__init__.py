@@ -108,6 +108,11 @@ def _restart_policy(
     """Groups restart together where the env allows it; else each alone, with a warning."""
     name = type(env.envs).__name__
     method = env.restart_method
+    if config.branch_every and not method.can_branch:  # checked first: never silently ignored
+        raise ValueError(
+            f"branch_every: branching needs state snapshots, which {name} does not offer "
+            "(docs/env.md: sub-env state snapshots)"
+        )
     if method.restarts_itself:
         if config.max_episode_steps is not None:
             raise ValueError(
@@ -122,11 +127,6 @@ def _restart_policy(
             stacklevel=4,
         )
         return IndependentRestarts(env, config.group_size, seeds)
-    if config.branch_every and not method.can_branch:
-        raise ValueError(
-            f"branch_every: branching needs state snapshots, which {name} does not offer "
-            "(docs/env.md: sub-env state snapshots)"
-        )
     return GroupRestarts(
         env,
         config.group_size,
