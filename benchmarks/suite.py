@@ -69,7 +69,9 @@ median env-steps/s of those updates.
 Why one process per run. Every (task, row, seed, repeat) runs in a fresh process
 (`benchmarks/suite_runs.py`), pinned to one CPU (`os.sched_setaffinity`), with one torch thread and
 XLA's one-thread flags set before JAX is imported: no run inherits another's caches,
-compiled functions, allocator or thread pools, and each trainer gets one core. Runs go in
+compiled functions, allocator or thread pools, and each trainer gets one core. A run records
+the CPUs it was allowed at its end (`cpus_allowed`); if something outside the suite moved it
+off its CPU, its line says MOVED, and its seconds are not a clean measurement. Runs go in
 lanes: within a lane the rows alternate per seed (grpo s0, grpo@REV s0, variant s0, ppo_jax
 s0, grpo s1, ...); `--jobs 2` runs two lanes at once, one per core (`--cpu` picks the cores),
 which halves a study's wall time but lets the lanes share caches and memory bandwidth;
@@ -652,6 +654,10 @@ def run_study(study: Study) -> None:
 
 def _line(name: str, record: dict[str, Any], path: Path) -> str:
     head = f"{name} {record['trainer']} seed {record['seed']} (cpu {record['cpu']}):"
+    allowed = record.get("cpus_allowed")
+    if allowed is not None and allowed != [record["cpu"]]:
+        # something outside the suite changed the worker's affinity: its seconds shared a core
+        head += f" MOVED (it ended allowed on CPUs {allowed}: its seconds are not clean)"
     if "error" in record:
         return f"{head} FAILED: {record['error'].splitlines()[-1] if record['error'] else '?'}"
     if "timed_updates" in record:

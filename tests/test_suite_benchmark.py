@@ -247,6 +247,16 @@ def test_a_minatar_game_without_peer_or_constant_has_no_threshold(suite: Any) ->
     assert summary["reached"] is None and summary["final_eval"]["mean"] == 3.5
 
 
+def test_a_run_moved_off_its_cpu_is_flagged_in_its_line(suite: Any) -> None:
+    """A process outside the suite can change a worker's affinity mid-run; the run's line
+    says so, so its seconds are not read as clean."""
+    clean = run(0, "grpo", [(1000, 1.0, 3.5, 4.0)], cpu=1, cpus_allowed=[1])
+    moved = {**clean, "cpus_allowed": [0]}
+    assert "MOVED" not in suite._line("breakout", clean, Path("x.json"))
+    line = suite._line("breakout", moved, Path("x.json"))
+    assert "MOVED (it ended allowed on CPUs [0]: its seconds are not clean)" in line
+
+
 def test_table_from_fabricated_results(suite: Any, tmp_path: Path) -> None:
     cartpole = {
         "grpo": [
