@@ -97,7 +97,7 @@ def make_rollout(
     restarts = _restart_policy(config, env, seeds, generator)
     steps = config.max_episode_steps
     completion = None
-    if config.branch_complete and isinstance(restarts, GroupRestarts):
+    if config.branch_complete:  # the config and _restart_policy make its restarts branch
         completion = BranchCompletion(env, head, noise, config.window, config.gamma, buffer.obs[0])
     return WindowedRollout(env, buffer, head, restarts, steps, noise, config.window, completion)
 
