@@ -46,6 +46,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 TOTAL_LIMIT_S = 480  # the whole check's default budget: one sitting on a lent GPU
 MIN_STEP_S = 20  # a step with less time left than this is skipped
 STEPS = ("games", "train", "profile", "throughput", "tests")
+DEVICE = "cuda"  # the workers' device; the tests run them on the CPU as stand-ins
 WORKER_STEPS = ("games", "game", "profile", "throughput")
 
 
@@ -129,16 +130,27 @@ def write_report(report: dict[str, Any], steps: list[str], results: Path) -> Non
 
 
 def kit_games() -> list[str]:
-    """The ids `import fruit_env` registers for `make_vec`."""
+    """The ids `import fruit_env` registers for `make_vec` (an entry point is a string or,
+    for the MinAtar games, a function of `fruit_env.registration`)."""
     import gymnasium as gym
 
     import fruit_env  # noqa: F401  (registers its games)
 
+    def module(entry: Any) -> str:
+        return entry if isinstance(entry, str) else getattr(entry, "__module__", "")
+
     return sorted(
         name
         for name, spec in gym.registry.items()
-        if str(spec.vector_entry_point or "").startswith("fruit_env.")
+        if spec.vector_entry_point and module(spec.vector_entry_point).startswith("fruit_env.")
     )
+
+
+def _sync() -> None:
+    import torch
+
+    if DEVICE.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def _save(result: dict[str, Any], out: Path) -> None:
@@ -159,23 +171,25 @@ def _plays(env: Any, steps: int, seed: int) -> list[Any]:
     return [t.cpu() for t in outputs]
 
 
-def game_worker(env_id: str, out: Path) -> None:
+def game_worker(env_id: str, out: Path, num_envs: int = 1024, steps: int = 300) -> None:
     """One game on CUDA, with the defaults and eager, against the CPU's games bit for bit."""
     import gymnasium as gym
     import torch
 
+    import fruit_env  # noqa: F401  (registers its games in this process)
+
     result: dict[str, Any] = {"env": env_id}
     started = time.perf_counter()
-    default = gym.make_vec(env_id, num_envs=1024, device="cuda")  # what users get
+    default = gym.make_vec(env_id, num_envs=num_envs, device=DEVICE)  # what users get
     result["make_vec_s"] = round(time.perf_counter() - started, 1)
     result["compiled"] = bool(default.unwrapped.compiled)
     _save(result, out)
-    cpu = _plays(gym.make_vec(env_id, num_envs=1024, device="cpu", compile=False), 300, 7)
+    cpu = _plays(gym.make_vec(env_id, num_envs=num_envs, device="cpu", compile=False), steps, 7)
     for name, env in (
         ("default", default),
-        ("eager", gym.make_vec(env_id, num_envs=1024, device="cuda", compile=False)),
+        ("eager", gym.make_vec(env_id, num_envs=num_envs, device=DEVICE, compile=False)),
     ):
-        got = _plays(env, 300, 7)
+        got = _plays(env, steps, 7)
         same = len(got) == len(cpu) and all(
             a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(got, cpu, strict=True)
         )
@@ -213,9 +227,9 @@ def _trainer(num_groups: int | None = None, amp: str = "off") -> Any:
 
     torch.set_float32_matmul_precision("high")  # as the command line sets it
     config = GRPOConfig(
-        num_groups=num_groups, run=RunConfig(progress=False, device="cuda", amp=amp)
+        num_groups=num_groups, run=RunConfig(progress=False, device=DEVICE, amp=amp)
     )
-    return GRPOTrainer(make_envs(config, config.num_envs, torch.device("cuda")), config)
+    return GRPOTrainer(make_envs(config, config.num_envs, torch.device(DEVICE)), config)
 
 
 def profile_worker(out: Path) -> None:
@@ -225,7 +239,8 @@ def profile_worker(out: Path) -> None:
 
     from grpo_trainer.tools.syncs import SyncCounter
 
-    torch.cuda.reset_peak_memory_stats()
+    if DEVICE.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
     t = _trainer()
     for _ in range(3):
         t.update()
@@ -235,7 +250,7 @@ def profile_worker(out: Path) -> None:
         t.learn(rollout)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         t.update()
-        torch.cuda.synchronize()
+        _sync()
     events = prof.key_averages()
     result = {
         "num_envs": t.config.num_envs,
@@ -244,7 +259,7 @@ def profile_worker(out: Path) -> None:
         "device_to_host_copies_per_update": sum(e.count for e in events if "DtoH" in e.key),
         "kernel_launches_per_update": sum(e.count for e in events if e.key == "cudaLaunchKernel"),
         "graph_launches_per_update": sum(e.count for e in events if e.key == "cudaGraphLaunch"),
-        "peak_mib": torch.cuda.max_memory_allocated() / 2**20,
+        "peak_mib": (torch.cuda.max_memory_allocated() / 2**20) if DEVICE != "cpu" else None,
         "top_kernels": events.table(sort_by="cuda_time_total", row_limit=15),
     }
     _save(result, out)
@@ -253,12 +268,10 @@ def profile_worker(out: Path) -> None:
 def _rate(step: Any, steps: int, num_envs: int, sync: Any = None) -> float:
     """Env steps per second of `step()`: the benchmarks' `median_time`, 5 blocks of `steps`
     calls after a warm-up block, the device synchronised around each block."""
-    import torch
-
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from _common import median_time
 
-    sync = sync or torch.cuda.synchronize
+    sync = sync or _sync
     return num_envs / median_time(step, repeats=5, warmup=steps, number=steps, sync=sync).median
 
 
@@ -266,9 +279,11 @@ def _env_rate(env_id: str, num_envs: int, **kwargs: Any) -> dict[str, Any]:
     import gymnasium as gym
     import torch
 
-    env = gym.make_vec(env_id, num_envs=num_envs, device="cuda", validate_actions=False, **kwargs)
+    import fruit_env  # noqa: F401  (registers its games in this process)
+
+    env = gym.make_vec(env_id, num_envs=num_envs, device=DEVICE, validate_actions=False, **kwargs)
     env.reset(seed=0)
-    actions = torch.randint(0, int(env.single_action_space.n), (64, num_envs), device="cuda")
+    actions = torch.randint(0, int(env.single_action_space.n), (64, num_envs), device=DEVICE)
     i = iter(range(10**9))
     rate = _rate(lambda: env.step(actions[next(i) % 64]), 20, num_envs)
     state_bytes = 4 * env.unwrapped.layout.rows  # the packed state, read and written
@@ -285,7 +300,7 @@ def _copy_bandwidth() -> float:
     """Bytes per second of a device-to-device copy of 1 GiB: the roofline's memory rate."""
     import torch
 
-    a = torch.empty(2**28, dtype=torch.float32, device="cuda")
+    a = torch.empty(2**28, dtype=torch.float32, device=DEVICE)
     b = torch.empty_like(a)
     return 2 * a.numel() * 4 * _rate(lambda: b.copy_(a), 5, 1)
 

@@ -101,3 +101,33 @@ def test_the_train_summary_reads_a_real_run(tmp_path: Path) -> None:
     assert summary["first_update_s"] > 0 and summary["train_s"] > 0
     assert summary["steps_per_s_median"] > 0 and 0 <= summary["final_eval_score"] <= 1
     assert summary["config"]["num_groups"] >= 1 and summary["config"]["total_env_steps"] == 40000
+
+
+def test_the_games_step_finds_every_kit_game() -> None:
+    """The MinAtar games register a function, not a string, as their vector entry point."""
+    import gymnasium as gym
+
+    import fruit_env  # noqa: F401
+
+    names = gpu_check.kit_games()
+    assert "FruitCatcher-v0" in names and "Breakout-MinAtar-v0" in names
+    assert len(names) == sum(1 for n in gym.registry if "MinAtar" in n or "FruitCatcher" in n)
+
+
+def test_a_game_worker_plays_bit_for_bit_on_a_stand_in_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker with the CPU standing in for CUDA: registration, the
+    plays and the comparison run; only the device differs on a GPU."""
+    monkeypatch.setattr(gpu_check, "DEVICE", "cpu")
+    out = tmp_path / "game.json"
+    gpu_check.game_worker("Breakout-MinAtar-v0", out, num_envs=8, steps=20)
+    result = json.loads(out.read_text())
+    assert result["env"] == "Breakout-MinAtar-v0"
+    assert result["default_equals_cpu"] is True and result["eager_equals_cpu"] is True
+
+
+def test_an_env_rate_row_on_a_stand_in_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu_check, "DEVICE", "cpu")
+    row = gpu_check._env_rate("FruitCatcher-v0", 16, compile=False)
+    assert row["steps_per_s"] > 0 and row["compiled"] is False and row["bytes_per_step"] > 0
