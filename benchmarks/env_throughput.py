@@ -11,7 +11,7 @@ What one run does, in order (CPU; CUDA is the same without the cold phase's mean
 
 1. Points `FRUIT_ENV_CACHE_DIR` at an empty folder (or `--cache-dir`): the state of a new
    machine. `gymnasium.make_vec("FruitCatcher-v0", num_envs=N)`, the default, runs the eager
-   step on the CPU (`compile="auto"` compiles on CUDA only); recorded.
+   step (`compile="auto"` is the eager step on every device); recorded.
 2. Builds the compiled step in a fresh process with an empty inductor cache too: the
    once-per-machine compile time.
 3. Starts a second fresh process that makes a `compile=True` env, resets it and steps once,

@@ -330,14 +330,16 @@ def stepper(
     num_envs: int,
     device: torch.device,
 ) -> EagerStepper | CompiledStepper:
-    """The stepper that `compile=choice` asks for: False the game's eager form, True the
-    compiled step (built first if the cache lacks it), "auto" the compiled step on CUDA (a
-    kernel launch per eager operation makes the eager step slow there) and the eager form
-    elsewhere. A package is trusted only once a child process has played it against the eager
-    step (`proof`); one that cannot be built, loaded or proven gives way to the eager form (the
-    same games), with one warning that says why."""
+    """The stepper that `compile=choice` asks for: True the compiled step (built first if the
+    cache lacks it), False and "auto" the game's eager form on every device. "auto" compiled
+    on CUDA until the first GPU run (docs/performance.md, "On a GPU"): there
+    torch 2.11's package loader died with SIGSEGV on 4 of the 5 games' packages and one did
+    not build, after 146-163 s of building on first use, while the eager step played the same
+    games at 1.5G Fruit Catcher steps/s. A package is trusted only once a child process has
+    played it against the eager step (`proof`); one that cannot be built, loaded or proven
+    gives way to the eager form (the same games), with one warning that says why."""
     eager = EagerStepper(game.eager_form(num_envs, device), layout, mode)
-    if choice is False or (choice == "auto" and device.type != "cuda"):
+    if choice is not True:
         return eager
     name = type(game).__name__
     if not supported(device):

@@ -49,8 +49,9 @@ class TensorVectorEnv(VectorEnv):
       `True` (the default): `"immediate"` on the CPU, `"deferred"` on other devices.
       `False`: no check; out-of-range actions are clamped.
     * `compile`: `True` runs the compiled step (building it first if the cache lacks it),
-      `False` the eager step, `"auto"` (the default) the compiled step on CUDA and the eager
-      step elsewhere. `env.compiled` says which runs.
+      `False` and `"auto"` (the default) the eager step, on every device (on CUDA the
+      compiled step's package crashed torch 2.11's loader: docs/performance.md).
+      `env.compiled` says which runs.
     """
 
     metadata = {
