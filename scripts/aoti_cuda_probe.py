@@ -8,7 +8,7 @@ Variants: the check as the kit runs it; loading only; `device_index=0` instead o
 `loader.run` instead of `loader.boxed_run`; a CUDA context made before loading; the check
 under compute-sanitizer (memcheck); and a minimal module (two inputs written in place, a
 dynamic batch, no game) built and played the same way, to tell a game's fault from the
-loader's. The findings are in docs/performance.md ("The compiled step on CUDA").
+loader's. The findings are in docs/performance.md ("On a GPU").
 """
 
 from __future__ import annotations
@@ -69,15 +69,27 @@ print("played", int(counter[0]), int(rows[0, 0]), flush=True)
 """
 
 
-def run(command: list[str], timeout: float) -> dict[str, Any]:
-    started = time.perf_counter()
+def start(command: list[str]) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def finish(proc: subprocess.Popen[str], started: float, deadline: float) -> dict[str, Any]:
+    """The child's exit status (a signal as minus its number) and the end of its output."""
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-        code, out = done.returncode, done.stdout[-2500:] + "\n--stderr--\n" + done.stderr[-4000:]
-    except subprocess.TimeoutExpired as err:
-        code, out = None, f"timed out after {timeout:.0f} s: {str(err.stderr)[-2000:]}"
-    return {"returncode": code, "seconds": round(time.perf_counter() - started, 1), "out": out}
+        out, err = proc.communicate(timeout=max(1.0, deadline - time.perf_counter()))
+        code: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        code = None
+    return {
+        "returncode": code,
+        "seconds": round(time.perf_counter() - started, 1),
+        "out": out[-1500:] + "\n--stderr--\n" + err[-3000:],
+    }
 
 
 def main() -> int:
@@ -95,13 +107,8 @@ def main() -> int:
 
     tiny = scratch / "tiny.py"
     tiny.write_text(TINY)
-    tiny_proc = subprocess.Popen(  # the minimal module builds beside the game's package
-        [sys.executable, str(tiny), str(scratch)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
-    )
+    tiny_started = time.perf_counter()
+    tiny_proc = start([sys.executable, str(tiny), str(scratch)])  # builds beside the game's
 
     import gymnasium as gym
     import torch
@@ -120,28 +127,24 @@ def main() -> int:
     save()
 
     source = CHILD.read_text()
-    for name, edit in VARIANTS.items():
+    checks: dict[str, list[str]] = {}
+    for name, edit in VARIANTS.items():  # side by side: each took 45-50 s to fault on an H100
         child = scratch / f"{name}.py"
         if edit is not None:
             assert source.count(edit[0]) == 1, edit[0]
         child.write_text(source if edit is None else source.replace(edit[0], edit[1]))
-        report[name] = run([sys.executable, str(child), str(package), str(cases), "cuda"], 90)
-        save()
+        checks[name] = [sys.executable, str(child), str(package), str(cases), "cuda"]
     sanitizer = shutil.which("compute-sanitizer")
     if sanitizer:
-        command = [sanitizer, "--tool", "memcheck", "--print-limit", "5", sys.executable]
-        report["memcheck"] = run([*command, str(CHILD), str(package), str(cases), "cuda"], 90)
-        save()
-    try:
-        out, err = tiny_proc.communicate(timeout=120)
-        report["minimal_module"] = {
-            "returncode": tiny_proc.returncode,
-            "out": out[-1500:] + "\n--stderr--\n" + err[-3000:],
-        }
-    except subprocess.TimeoutExpired:
-        tiny_proc.kill()
-        report["minimal_module"] = {"returncode": None, "out": "timed out"}
+        memcheck = [sanitizer, "--tool", "memcheck", "--print-limit", "5", sys.executable]
+        checks["memcheck"] = [*memcheck, str(CHILD), str(package), str(cases), "cuda"]
+    started = time.perf_counter()
+    running = {name: start(command) for name, command in checks.items()}
+    report["minimal_module"] = finish(tiny_proc, tiny_started, tiny_started + 240)
     save()
+    for name, proc in running.items():
+        report[name] = finish(proc, started, started + 150)
+        save()
     return 0
 
 

@@ -124,10 +124,26 @@ def test_a_game_worker_plays_bit_for_bit_on_a_stand_in_device(
     gpu_check.game_worker("Breakout-MinAtar-v0", out, num_envs=8, steps=20)
     result = json.loads(out.read_text())
     assert result["env"] == "Breakout-MinAtar-v0"
-    assert result["default_equals_cpu"] is True and result["eager_equals_cpu"] is True
+    assert result["default_equals_cpu"] is True and result["compiled"] is False
 
 
 def test_an_env_rate_row_on_a_stand_in_device(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gpu_check, "DEVICE", "cpu")
     row = gpu_check._env_rate("FruitCatcher-v0", 16, compile=False)
     assert row["steps_per_s"] > 0 and row["compiled"] is False and row["bytes_per_step"] > 0
+
+
+def test_the_profile_worker_reports_what_ran_compiled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One default update profiled on a stand-in device: the syncs the hot loops must not
+    have, and whether sampling and the loss ran compiled (on the CPU the default minibatch
+    is below the size that compiles)."""
+    monkeypatch.setattr(gpu_check, "DEVICE", "cpu")
+    out = tmp_path / "profile.json"
+    gpu_check.profile_worker(out)
+    result = json.loads(out.read_text())
+    assert result["sync_ops_collect"] == 0 and result["sync_ops_learn"] == 0
+    assert result["sample_compiled"] is False and result["loss_compiled"] is False
+    assert result["compiled_regions_per_update"] == 0
+    assert result["eager_backward_nodes_per_update"] > 0  # the eager loss's backward
