@@ -16,6 +16,7 @@ import torch
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
 from grpo_trainer.base import checkpoint
+from grpo_trainer.base import config as config_module
 from grpo_trainer.run.callbacks import Best, Callback, RunState
 from grpo_trainer.run.evaluation import evaluate, load_policy
 from grpo_trainer.run.periodic_eval import EVAL_SEED
@@ -100,6 +101,19 @@ def test_evaluations_land_every_eval_every_env_steps_and_pick_best_pt(tmp_path: 
     policy, _, _ = load_policy(run_dir / "checkpoints" / "best.pt", CPU, envs)
     again = evaluate(policy, envs, 12, seed=EVAL_SEED)
     assert again["catch_rate"] == pytest.approx(best_row["eval_score"], abs=1e-6)
+
+
+@pytest.mark.parametrize(("default_every", "updates"), [(300, [4]), (1500, [6])])
+def test_the_default_cadence_is_at_least_four_updates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, default_every: int, updates: list[int]
+) -> None:
+    """With eval_every unset, evaluations land every EVAL_EVERY env steps (here scaled down
+    to this run's 256-step updates), but never closer than 4 updates: a GPU's update plays
+    more env steps than EVAL_EVERY, and an evaluation there costs more than an update."""
+    monkeypatch.setattr(config_module, "EVAL_EVERY", default_every)
+    run_dir = tmp_path / "run"
+    _trainer(_config(run_dir, eval_every=None)).train()
+    assert [r["update"] for r in _rows(run_dir) if "eval_score" in r] == updates
 
 
 def test_evaluation_time_stays_out_of_training_time_and_steps_per_second(

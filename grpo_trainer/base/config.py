@@ -97,6 +97,21 @@ def samples_per_update(total_env_steps: int, max_samples: int = MAX_SAMPLES) -> 
     return min(max(2 ** math.ceil(math.log2(target)), MIN_SAMPLES), max_samples)
 
 
+# Evaluation during training: every EVAL_EVERY env steps by default, and no closer than
+# EVAL_MIN_UPDATES updates. On an H100 an evaluation of 1000 Fruit Catcher games took
+# 0.26-0.51 s, more than an update of the GPU's 262,144 samples (0.20-0.29 s), so after every
+# update it took most of `make train`'s time (docs/performance.md, "On a GPU").
+EVAL_EVERY, EVAL_MIN_UPDATES = 250_000, 4
+
+
+def eval_interval(eval_every: int | None, env_steps_per_update: int) -> int:
+    """The env steps between evaluations: `eval_every` when given (0: none), else
+    EVAL_EVERY, stretched to EVAL_MIN_UPDATES updates where updates are larger."""
+    if eval_every is not None:
+        return eval_every
+    return max(EVAL_EVERY, EVAL_MIN_UPDATES * env_steps_per_update)
+
+
 def window_for(episode_limit: int | None) -> int:
     """The default window for an env with this episode limit (None: none declared)."""
     if episode_limit is None:
@@ -198,8 +213,10 @@ class RunConfig:
     max_consecutive_skips: int = _field(
         5, "updates in a row with a non-finite gradient before training stops"
     )
-    eval_every: int = _field(
-        250_000, "env steps between evaluations during training, on separate envs (0: none)"
+    eval_every: int | None = _field(
+        None,
+        "env steps between evaluations during training, on separate envs (0: none); None: "
+        "250,000, and at least 4 updates apart",
     )
     eval_episodes: int = _field(1000, "episodes per evaluation, played with greedy actions")
     target: str | None = _field(
@@ -239,7 +256,8 @@ class RunConfig:
         _check_int(self, "checkpoint_every", minimum=0)
         _check_int(self, "keep_checkpoints", minimum=1)
         _check_int(self, "max_consecutive_skips", minimum=1)
-        _check_int(self, "eval_every", minimum=0)
+        if self.eval_every is not None:
+            _check_int(self, "eval_every", minimum=0)
         _check_int(self, "eval_episodes", minimum=1)
         if self.target is not None:
             parse_target(self.target)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from grpo_trainer.base.config import eval_interval
 from grpo_trainer.base.metrics import cross_rank
 from grpo_trainer.envs import make_envs
 from grpo_trainer.run.callbacks import Callback, RunState, resolve_target
@@ -38,14 +39,15 @@ class Evaluation(Callback):
         elapsed_s: Callable[[], float],
     ) -> None:
         self.trainer, self.announce, self.elapsed_s = trainer, announce, elapsed_s
-        run = trainer.config.run
-        self.every = run.eval_every
+        config, run = trainer.config, trainer.config.run
+        world = trainer.collective.world_size
+        per_update = config.num_envs * config.rollout_steps * world  # a windowed update's
+        self.every = eval_interval(run.eval_every, per_update)
         ratios = trainer.env.episode_ratios
         self.score_metric = f"eval_{next(iter(ratios))}" if ratios else "eval_return_mean"
         self.target = resolve_target(run.target, ratios, trainer.env.episode_goals)
         self.reached_at: dict[str, float] = {}  # target_reached_s and _env_steps, once known
         self.total_s = 0.0
-        world = trainer.collective.world_size
         self.episodes = -(-run.eval_episodes // world)  # this rank's share
         self._envs = envs
         self._own_envs = envs is None

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_trainer.base.checkpoint import atomic_write_text
-from grpo_trainer.base.config import GRPOConfig
+from grpo_trainer.base.config import GRPOConfig, eval_interval
 from grpo_trainer.run.callbacks import Callback, RunState
 from grpo_trainer.tools.search_space import Param, apply, check_against, parse_space
 
@@ -254,7 +254,9 @@ def best_trial(study: Any) -> Any:
 
 def check_evaluates(config: GRPOConfig) -> None:
     """Trials are scored by evaluation during training: at least one must happen."""
-    every, total = config.run.eval_every, config.total_env_steps
+    per_update = config.num_envs * config.rollout_steps
+    every = eval_interval(config.run.eval_every, per_update)
+    total = config.total_env_steps
     if not 1 <= every <= total:
         raise ValueError(
             f"eval_every must be between 1 and total_env_steps ({total}) in a sweep, whose "
