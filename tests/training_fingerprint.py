@@ -78,6 +78,10 @@ REMOVED_RUN = {"eval_sampled": False}
 # Run fields added since, which change no training (how a run dir is treated): dropped from
 # the newer tree's checkpoint state before it is digested.
 ADDED_RUN = ("overwrite",)
+# Run fields whose default has changed since, in ways that change no training here (the
+# fingerprint never evaluates): the newer tree's default is recorded as the reference's value.
+# eval_every: None (250,000, and at least 4 updates apart) where the reference had 250,000.
+CHANGED_RUN = {"eval_every": (None, 250_000)}
 # Algorithm fields added since, at the value that does what the reference did (checked):
 # dropped from the newer tree's checkpoint state before it is digested.
 ADDED = {"branch_complete": False}
@@ -121,6 +125,9 @@ def fingerprint(case: dict[str, Any]) -> dict[str, Any]:
             rollout["env"] = env[:3]  # what the reference records: its training is the same
     for name in ADDED_RUN:
         state["config"]["run"].pop(name, None)
+    for name, (new, old) in CHANGED_RUN.items():
+        if state["config"]["run"].get(name, old) == new:
+            state["config"]["run"][name] = old
     for name, value in ADDED.items():
         if name in state["config"]:
             assert state["config"].pop(name) == value, name
