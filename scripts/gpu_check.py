@@ -15,11 +15,13 @@ loses nothing measured before it), progress printed as they go:
    first update, training seconds and env steps to a greedy 0.70, the final catch rate,
    env steps per second, the config the device derived;
 3. `profile`: host-sync ops of one default update (`SyncCounter` around `collect()` and
-   `learn()`), device-to-host copies and kernel launches the profiler sees, peak memory;
-4. `throughput`: env only (Fruit Catcher 4k to 4M sub-envs, eager and compiled, against the
+   `learn()`), device-to-host copies and kernel launches the profiler sees, whether sampling
+   and the loss ran compiled, peak memory;
+4. `train_modes`: `train` again with each of `TRAIN_MODES`' flags (CUDA graphs, no compile);
+5. `throughput`: env only (Fruit Catcher 4k to 4M sub-envs, eager and compiled, against the
    device's copy bandwidth as the roofline; Breakout against gymnax's `jit(vmap(step))` at
    4k and 262k), env + policy, and full training at 131k sub-envs (bf16 autocast beside);
-5. `tests`: the tests that need CUDA (they skip elsewhere).
+6. `tests`: the tests that need CUDA (they skip elsewhere).
 
 The report, `gpu_check.json` and `gpu_check.md` (the device, driver and torch named), goes to
 benchmarks/results/ or `--out`, rewritten after every step. The steps share the `--budget`
@@ -45,9 +47,16 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 TOTAL_LIMIT_S = 480  # the whole check's default budget: one sitting on a lent GPU
 MIN_STEP_S = 20  # a step with less time left than this is skipped
-STEPS = ("games", "train", "profile", "throughput", "tests")
+STEPS = ("games", "train", "profile", "train_modes", "throughput", "tests")
 DEVICE = "cuda"  # the workers' device; the tests run them on the CPU as stand-ins
-WORKER_STEPS = ("games", "game", "profile", "throughput")
+WORKER_STEPS = ("games", "game", "profile", "train_modes", "throughput")
+# The defaults' rivals on a GPU: `make train` again with one flag each, so that what the
+# defaults compile is chosen by the time to 0.70 on the device (docs/performance.md, "On a
+# GPU": the first update's compile took 10.8 s there, and an update was launch-bound).
+TRAIN_MODES = {
+    "cuda_graphs": ["--compile-mode", "reduce-overhead"],
+    "no_compile": ["--no-compile"],
+}
 
 
 def child_env() -> dict[str, str]:
@@ -406,6 +415,30 @@ def summarise_train(run_dir: Path) -> dict[str, Any]:
     }
 
 
+def train_modes_worker(out: Path, extra: tuple[str, ...] = ()) -> None:
+    """`make train`'s command with each of `TRAIN_MODES`' flags (and `extra`), one after the
+    other, each summarised as the train step is; the result is rewritten after each."""
+    result: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, flags in TRAIN_MODES.items():
+            run_dir = Path(tmp) / name
+            command = [*train_command(run_dir), *flags, *extra]
+            started = time.perf_counter()
+            done = subprocess.run(
+                command, cwd=ROOT, env=child_env(), capture_output=True, text=True
+            )
+            row: dict[str, Any] = {
+                "flags": flags,
+                "returncode": done.returncode,
+                "seconds": round(time.perf_counter() - started, 1),
+                "tail": (done.stdout + done.stderr)[-1500:],
+            }
+            if (run_dir / "metrics.jsonl").exists():
+                row.update(summarise_train(run_dir))
+            result[name] = row
+            _save(result, out)
+
+
 def _worker(step: str, out: Path, game: str | None) -> None:
     if step == "game":
         assert game is not None
@@ -414,6 +447,8 @@ def _worker(step: str, out: Path, game: str | None) -> None:
         games_worker(out)
     elif step == "profile":
         profile_worker(out)
+    elif step == "train_modes":
+        train_modes_worker(out)
     elif step == "throughput":
         throughput_worker(out)
     else:
@@ -468,6 +503,7 @@ def main() -> int:
         "games": worker("games"),
         "train": (_train_step(python, scratch), scratch / "train.json"),
         "profile": worker("profile"),
+        "train_modes": worker("train_modes"),
         "throughput": worker("throughput"),
         "tests": (tests, None),
     }

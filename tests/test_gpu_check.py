@@ -147,3 +147,18 @@ def test_the_profile_worker_reports_what_ran_compiled(
     assert result["sample_compiled"] is False and result["loss_compiled"] is False
     assert result["compiled_regions_per_update"] == 0
     assert result["eager_backward_nodes_per_update"] > 0  # the eager loss's backward
+
+
+def test_the_train_modes_step_trains_and_summarises_each_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each mode is `make train`'s command plus its flags, summarised like the train step."""
+    monkeypatch.setattr(gpu_check, "TRAIN_MODES", {"no_compile": ["--no-compile"]})
+    out = tmp_path / "modes.json"
+    short = ("--total-env-steps", "40000", "--eval-every", "20000", "--eval-episodes", "20")
+    gpu_check.train_modes_worker(out, (*short, "--device", "cpu", "--no-progress"))
+    result = json.loads(out.read_text())
+    assert list(result) == ["no_compile"]
+    row = result["no_compile"]
+    assert row["returncode"] == 0 and row["flags"] == ["--no-compile"]
+    assert row["config"]["total_env_steps"] == 40000 and row["train_s"] > 0
