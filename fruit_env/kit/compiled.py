@@ -332,10 +332,10 @@ def stepper(
 ) -> EagerStepper | CompiledStepper:
     """The stepper that `compile=choice` asks for: True the compiled step (built first if the
     cache lacks it), False and "auto" the game's eager form on every device. "auto" compiled
-    on CUDA until the first GPU run (docs/performance.md, "On a GPU"): there
-    torch 2.11's package loader died with SIGSEGV on 4 of the 5 games' packages and one did
-    not build, after 146-163 s of building on first use, while the eager step played the same
-    games at 1.5G Fruit Catcher steps/s. A package is trusted only once a child process has
+    on CUDA until the first GPU run (docs/performance.md, "On a GPU"): there torch 2.11's
+    package loader died with SIGSEGV on 4 of the 5 games' packages and one did not build,
+    after up to 163 s on a first `make_vec`, while the eager step played the same games (1.5G
+    Fruit Catcher steps/s at 4M envs). A package is trusted only once a child process has
     played it against the eager step (`proof`); one that cannot be built, loaded or proven
     gives way to the eager form (the same games), with one warning that says why."""
     eager = EagerStepper(game.eager_form(num_envs, device), layout, mode)
