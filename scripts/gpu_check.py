@@ -21,7 +21,10 @@ loses nothing measured before it), progress printed as they go:
 5. `throughput`: env only (Fruit Catcher 4k to 4M sub-envs, eager and compiled, against the
    device's copy bandwidth as the roofline; Breakout against gymnax's `jit(vmap(step))` at
    4k and 262k), env + policy, and full training at 131k sub-envs (bf16 autocast beside);
-6. `tests`: the tests that need CUDA (they skip elsewhere).
+6. `step_modes`: the kit's step graph (what a package is built from) eager, under
+   `torch.compile`, and each captured in a CUDA graph, at a small and a large size: whether
+   each plays the eager step's games, and its env steps per second;
+7. `tests`: the tests that need CUDA (they skip elsewhere).
 
 The report, `gpu_check.json` and `gpu_check.md` (the device, driver and torch named), goes to
 benchmarks/results/ or `--out`, rewritten after every step. The steps share the `--budget`
@@ -47,9 +50,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 TOTAL_LIMIT_S = 480  # the whole check's default budget: one sitting on a lent GPU
 MIN_STEP_S = 20  # a step with less time left than this is skipped
-STEPS = ("games", "train", "profile", "train_modes", "throughput", "tests")
+STEPS = ("games", "train", "profile", "train_modes", "throughput", "step_modes", "tests")
 DEVICE = "cuda"  # the workers' device; the tests run them on the CPU as stand-ins
-WORKER_STEPS = ("games", "game", "profile", "train_modes", "throughput")
+WORKER_STEPS = ("games", "game", "profile", "train_modes", "throughput", "step_modes")
 # The defaults' rivals on a GPU: `make train` again with one flag each, so that what the
 # defaults compile is chosen by the time to 0.70 on the device (docs/performance.md, "On a
 # GPU": the first update's compile took 10.8 s there, and an update was launch-bound).
@@ -386,6 +389,111 @@ def throughput_worker(out: Path) -> None:
         del t
 
 
+# The sizes of the step_modes step: where launches dominate, and where memory does.
+STEP_MODE_SIZES = {"FruitCatcher-v0": (4096, 1048576), "Breakout-MinAtar-v0": (4096, 262144)}
+STEP_MODE_CHECK = 8  # steps each mode plays against the eager graph from the same start
+
+
+def _step_graph(env_id: str, num_envs: int) -> tuple[Any, list[Any], int]:
+    """The kit's step graph of `env_id` (`compiled._Graph`: what a package is built from)
+    and its inputs for `num_envs` freshly reset games: packed rows, keys and counters,
+    which a step rewrites in place."""
+    import gymnasium as gym
+    import torch
+
+    import fruit_env  # noqa: F401  (registers its games in this process)
+    from fruit_env.kit import compiled
+    from fruit_env.kit.autoreset import EagerStepper, Running
+
+    env = gym.make_vec(env_id, num_envs=8, device=DEVICE, compile=False).unwrapped
+    game, layout, mode, device = env.game, env.layout, env.autoreset_mode, torch.device(DEVICE)
+    key = torch.arange(num_envs, dtype=torch.int64, device=device) * 7919 + 1
+    counter = torch.zeros(num_envs, dtype=torch.int64, device=device)
+    flags = torch.zeros(num_envs, dtype=torch.bool, device=device)
+    empty = Running(layout.zeros(num_envs, device), flags)
+    running, _ = EagerStepper(game, layout, mode).reset(empty, key, counter, ~flags)
+    rows = torch.cat([layout.pack(running.game), running.pending.to(torch.int32)[None]])
+    return compiled._Graph(game, layout, mode), [rows, key, counter], game.num_actions
+
+
+def _captured(step: Any, inputs: list[Any], action: Any) -> Any:
+    """`step(*inputs, action)` captured in a CUDA graph (warmed up on a side stream first, as
+    torch's docs ask): one launch replays the whole step on the same buffers."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step(*inputs, action)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = step(*inputs, action)
+    return lambda: (graph.replay(), outputs)[1]
+
+
+def _play_and_time(
+    step: Any, capture: bool, start: list[Any], actions: Any
+) -> tuple[list[Any], float]:
+    """Every output and the state after each of `STEP_MODE_CHECK` steps from a copy of
+    `start`, then env steps per second (`_rate`), of `step` called or captured."""
+
+    inputs, action = [t.clone() for t in start], actions[0].clone()
+    call = _captured(step, inputs, action) if capture else lambda: step(*inputs, action)
+    for t, s in zip(inputs, start, strict=True):  # a capture's warm-up moved the state on
+        t.copy_(s)
+    played = []
+    for i in range(STEP_MODE_CHECK):
+        action.copy_(actions[i])
+        played += [t.clone() for t in (*call(), *inputs)]
+    feed = iter(range(10**9))
+
+    def one() -> None:
+        action.copy_(actions[next(feed) % actions.shape[0]])
+        call()
+
+    return played, _rate(one, 20, action.shape[0])
+
+
+def step_modes_worker(out: Path, sizes: dict[str, tuple[int, ...]] | None = None) -> None:
+    """Each env and size: the step graph eager, under `torch.compile` (inductor's kernels in
+    this process: no package, no loader) and, on CUDA, each captured in a CUDA graph. Every
+    mode first plays `STEP_MODE_CHECK` steps from a copy of one start, compared with the
+    eager graph's (`equals_eager`), then is timed as `_rate` times a step."""
+    import torch
+
+    result: dict[str, Any] = {"rows": []}
+    for env_id, env_sizes in (sizes or STEP_MODE_SIZES).items():
+        for n in env_sizes:
+            graph, start, num_actions = _step_graph(env_id, n)
+            actions = torch.randint(0, num_actions, (64, n), device=DEVICE)
+            started = time.perf_counter()
+            jit = torch.compile(graph, dynamic=False)
+            jit(*[t.clone() for t in start], actions[0])
+            _sync()
+            compile_s = time.perf_counter() - started
+            modes = [("eager", graph, False), ("torch.compile", jit, False)]
+            if DEVICE.startswith("cuda"):
+                modes += [("eager, CUDA graph", graph, True)]
+                modes += [("torch.compile, CUDA graph", jit, True)]
+            reference: list[Any] = []
+            for name, step, capture in modes:
+                row: dict[str, Any] = {"env": env_id, "num_envs": n, "step": name}
+                if name.startswith("torch.compile"):
+                    row["compile_s"] = compile_s
+                try:
+                    played, row["steps_per_s"] = _play_and_time(step, capture, start, actions)
+                    reference = reference or played
+                    row["equals_eager"] = all(
+                        torch.equal(a, b) for a, b in zip(played, reference, strict=True)
+                    )
+                except Exception as err:  # a mode that fails is a finding, not the end
+                    row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
+                result["rows"].append(row)
+                _save(result, out)
+
+
 def train_command(run_dir: Path) -> list[str]:
     """`make train`'s training command, with no flags beyond the run directory."""
     return [sys.executable, "-m", "grpo_trainer", "train", "--run-dir", str(run_dir)]
@@ -451,6 +559,8 @@ def _worker(step: str, out: Path, game: str | None) -> None:
         train_modes_worker(out)
     elif step == "throughput":
         throughput_worker(out)
+    elif step == "step_modes":
+        step_modes_worker(out)
     else:
         raise ValueError(f"unknown worker step {step!r}")
 
@@ -505,6 +615,7 @@ def main() -> int:
         "profile": worker("profile"),
         "train_modes": worker("train_modes"),
         "throughput": worker("throughput"),
+        "step_modes": worker("step_modes"),
         "tests": (tests, None),
     }
     commands = {step: everything[step] for step in STEPS if step in args.only}

@@ -162,3 +162,19 @@ def test_the_train_modes_step_trains_and_summarises_each_mode(
     row = result["no_compile"]
     assert row["returncode"] == 0 and row["flags"] == ["--no-compile"]
     assert row["config"]["total_env_steps"] == 40000 and row["train_s"] > 0
+
+
+def test_the_step_modes_step_checks_each_mode_against_the_eager_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a stand-in device: the step graph eager and under torch.compile (no CUDA graphs
+    without CUDA), each played against the eager graph from one start, then timed."""
+    monkeypatch.setattr(gpu_check, "DEVICE", "cpu")
+    out = tmp_path / "modes.json"
+    gpu_check.step_modes_worker(out, {"Breakout-MinAtar-v0": (16,)})
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["step"] for r in rows] == ["eager", "torch.compile"]
+    for row in rows:
+        assert "error" not in row, row
+        assert row["equals_eager"] is True and row["steps_per_s"] > 0
+    assert rows[1]["compile_s"] > 0
