@@ -278,7 +278,9 @@ def profile_worker(out: Path) -> None:
         "device_to_host_copies_per_update": sum(e.count for e in events if "DtoH" in e.key),
         "kernel_launches_per_update": sum(e.count for e in events if e.key == "cudaLaunchKernel"),
         "graph_launches_per_update": sum(e.count for e in events if e.key == "cudaGraphLaunch"),
-        "peak_mib": (torch.cuda.max_memory_allocated() / 2**20) if DEVICE != "cpu" else None,
+        "peak_mib": torch.cuda.max_memory_allocated() / 2**20
+        if DEVICE.startswith("cuda")
+        else None,
         "top_kernels": events.table(sort_by="cuda_time_total", row_limit=15),
     }
     _save(result, out)
@@ -402,18 +404,13 @@ def _step_graph(env_id: str, num_envs: int) -> tuple[Any, list[Any], int]:
     import torch
 
     import fruit_env  # noqa: F401  (registers its games in this process)
-    from fruit_env.kit import compiled
-    from fruit_env.kit.autoreset import EagerStepper, Running
+    from fruit_env.kit import compiled, proof
 
     env = gym.make_vec(env_id, num_envs=8, device=DEVICE, compile=False).unwrapped
-    game, layout, mode, device = env.game, env.layout, env.autoreset_mode, torch.device(DEVICE)
-    key = torch.arange(num_envs, dtype=torch.int64, device=device) * 7919 + 1
-    counter = torch.zeros(num_envs, dtype=torch.int64, device=device)
-    flags = torch.zeros(num_envs, dtype=torch.bool, device=device)
-    empty = Running(layout.zeros(num_envs, device), flags)
-    running, _ = EagerStepper(game, layout, mode).reset(empty, key, counter, ~flags)
-    rows = torch.cat([layout.pack(running.game), running.pending.to(torch.int32)[None]])
-    return compiled._Graph(game, layout, mode), [rows, key, counter], game.num_actions
+    game, layout, mode = env.game, env.layout, env.autoreset_mode
+    key = torch.arange(num_envs, dtype=torch.int64, device=DEVICE) * 7919 + 1
+    inputs = proof.graph_inputs(game, layout, mode, key)
+    return compiled._Graph(game, layout, mode), inputs, game.num_actions
 
 
 def _captured(step: Any, inputs: list[Any], action: Any) -> Any:

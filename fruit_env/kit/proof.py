@@ -93,6 +93,21 @@ def check(
     return f"its check failed (exit {done.returncode}): {said}"
 
 
+def graph_inputs(
+    game: TensorGame[Any], layout: Layout, mode: AutoresetMode, key: torch.Tensor
+) -> list[torch.Tensor]:
+    """The step graph's inputs (`NAMES`) for games freshly reset from `key`, on its device:
+    the packed rows with the pending row, the keys, and the counters (rows and counters are
+    what a step rewrites in place)."""
+    n, device = key.shape[0], key.device
+    counter = torch.zeros(n, dtype=torch.int64, device=device)
+    flags = torch.zeros(n, dtype=torch.bool, device=device)
+    empty = Running(layout.zeros(n, device), flags)
+    running, _ = EagerStepper(game, layout, mode).reset(empty, key, counter, ~flags)
+    rows = torch.cat([layout.pack(running.game), running.pending.to(torch.int32)[None]])
+    return [rows, key, counter]
+
+
 def _cases(
     game: TensorGame[Any],
     layout: Layout,
@@ -105,11 +120,7 @@ def _cases(
     n = CHECK_ENVS
     gen = torch.Generator().manual_seed(0)
     key = torch.randint(0, 2**62, (n,), generator=gen).to(device)
-    counter = torch.zeros(n, dtype=torch.int64, device=device)
-    empty = Running(layout.zeros(n, device), torch.zeros(n, dtype=torch.bool, device=device))
-    everyone = torch.ones(n, dtype=torch.bool, device=device)
-    running, _ = EagerStepper(game, layout, mode).reset(empty, key, counter, everyone)
-    rows = torch.cat([layout.pack(running.game), running.pending.to(torch.int32)[None]])
+    rows, key, counter = graph_inputs(game, layout, mode, key)
     start = zip(NAMES, (rows, key, counter), strict=True)
     cases: dict[str, Any] = {name: t.cpu().clone() for name, t in start}
     actions = torch.randint(0, game.num_actions, (CHECK_STEPS, n), generator=gen)
