@@ -104,14 +104,6 @@ def samples_per_update(total_env_steps: int, max_samples: int = MAX_SAMPLES) -> 
 EVAL_EVERY, EVAL_MIN_UPDATES = 250_000, 4
 
 
-def eval_interval(eval_every: int | None, env_steps_per_update: int) -> int:
-    """The env steps between evaluations: `eval_every` when given (0: none), else
-    EVAL_EVERY, stretched to EVAL_MIN_UPDATES updates where updates are larger."""
-    if eval_every is not None:
-        return eval_every
-    return max(EVAL_EVERY, EVAL_MIN_UPDATES * env_steps_per_update)
-
-
 def window_for(episode_limit: int | None) -> int:
     """The default window for an env with this episode limit (None: none declared)."""
     if episode_limit is None:
@@ -525,6 +517,16 @@ class GRPOConfig:
         _reject_unknown(cls, data)
         _reject_unknown(RunConfig, run)
         return cls(**data, run=RunConfig(**run))
+
+
+def eval_interval(config: GRPOConfig, world_size: int = 1) -> int:
+    """The env steps between evaluations: `run.eval_every` when given (0: none), else
+    EVAL_EVERY, stretched to EVAL_MIN_UPDATES windowed updates (of every rank's steps) where
+    updates are larger."""
+    if config.run.eval_every is not None:
+        return config.run.eval_every
+    per_update = config.num_envs * config.rollout_steps * world_size
+    return max(EVAL_EVERY, EVAL_MIN_UPDATES * per_update)
 
 
 def _clamp_minibatch(config: GRPOConfig, episode_limit: int | None) -> None:

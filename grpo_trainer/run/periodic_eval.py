@@ -39,10 +39,8 @@ class Evaluation(Callback):
         elapsed_s: Callable[[], float],
     ) -> None:
         self.trainer, self.announce, self.elapsed_s = trainer, announce, elapsed_s
-        config, run = trainer.config, trainer.config.run
-        world = trainer.collective.world_size
-        per_update = config.num_envs * config.rollout_steps * world  # a windowed update's
-        self.every = eval_interval(run.eval_every, per_update)
+        run, world = trainer.config.run, trainer.collective.world_size
+        self.every = eval_interval(trainer.config, world)
         ratios = trainer.env.episode_ratios
         self.score_metric = f"eval_{next(iter(ratios))}" if ratios else "eval_return_mean"
         self.target = resolve_target(run.target, ratios, trainer.env.episode_goals)

@@ -254,9 +254,7 @@ def best_trial(study: Any) -> Any:
 
 def check_evaluates(config: GRPOConfig) -> None:
     """Trials are scored by evaluation during training: at least one must happen."""
-    per_update = config.num_envs * config.rollout_steps
-    every = eval_interval(config.run.eval_every, per_update)
-    total = config.total_env_steps
+    every, total = eval_interval(config), config.total_env_steps
     if not 1 <= every <= total:
         raise ValueError(
             f"eval_every must be between 1 and total_env_steps ({total}) in a sweep, whose "
