@@ -17,20 +17,23 @@ loses nothing measured before it), progress printed as they go:
 3. `profile`: host-sync ops of one default update (`SyncCounter` around `collect()` and
    `learn()`), device-to-host copies and kernel launches the profiler sees, whether sampling
    and the loss ran compiled, peak memory;
-4. `train_modes`: `train` again with each of `TRAIN_MODES`' flags (CUDA graphs, no compile);
-5. `throughput`: env only (Fruit Catcher 4k to 4M sub-envs, eager and compiled, against the
-   device's copy bandwidth as the roofline; Breakout against gymnax's `jit(vmap(step))` at
-   4k and 262k), env + policy, and full training at 131k sub-envs (bf16 autocast beside);
+4. `train_modes`: `train` again with each of `TRAIN_MODES`' flags (CUDA graphs, no compile),
+   each stopped at 0.70;
+5. `throughput`: env only, as `make_vec` gives it (Fruit Catcher 4k to 4M sub-envs, against
+   the device's copy bandwidth as the roofline; Breakout against gymnax's `jit(vmap(step))`
+   at 4k and 262k), env + policy, and full training at 131k sub-envs (bf16 autocast beside);
 6. `step_modes`: the kit's step graph (what a package is built from) eager, under
    `torch.compile`, and each captured in a CUDA graph, at a small and a large size: whether
    each plays the eager step's games, and its env steps per second;
-7. `tests`: the tests that need CUDA (they skip elsewhere).
+7. `tests`: the tests that need CUDA (they skip elsewhere), but those that build a package;
+8. `package_tests`: the CUDA tests that build a compiled-step package (minutes each).
 
 The report, `gpu_check.json` and `gpu_check.md` (the device, driver and torch named), goes to
 benchmarks/results/ or `--out`, rewritten after every step. The steps share the `--budget`
-(480 s by default); a step gets what is left, and one with under `MIN_STEP_S` left is skipped
-and says so. Children keep the caller's `PYTHONPATH` (the repository is put in front of it).
-On a machine without CUDA the script refuses in one line.
+(480 s by default) and each has its own limit (`STEP_LIMITS_S`, together within the budget,
+so one call runs steps 1-7); `package_tests` get what the others leave. A step with under
+`MIN_STEP_S` left is skipped and says so. Children keep the caller's `PYTHONPATH` (the
+repository is put in front of it). On a machine without CUDA the script refuses in one line.
 """
 
 from __future__ import annotations
@@ -50,7 +53,26 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 TOTAL_LIMIT_S = 480  # the whole check's default budget: one sitting on a lent GPU
 MIN_STEP_S = 20  # a step with less time left than this is skipped
-STEPS = ("games", "train", "profile", "train_modes", "throughput", "step_modes", "tests")
+STEPS = (
+    *("games", "train", "profile", "train_modes", "throughput", "step_modes", "tests"),
+    "package_tests",
+)
+# Each step's own limit, so that one slow step cannot starve the rest of the sitting. They
+# sum to TOTAL_LIMIT_S, and each is the 2026-11-27 H100 run's figure (docs/performance.md,
+# "On a GPU") for what the step does now, with room: games 180 s then, 150 of them a
+# package's build that the defaults no longer ask for; train 72 s, a third of it evaluating
+# after every update; profile 25 s; throughput 41 s with its compiled rows, now gone. A
+# step cut short keeps what its worker saved so far. package_tests (the CUDA tests that
+# build a compiled-step package, minutes each) get what the others leave.
+STEP_LIMITS_S = {
+    "games": 60,
+    "train": 90,
+    "profile": 40,
+    "train_modes": 100,
+    "throughput": 40,
+    "step_modes": 100,
+    "tests": 50,
+}
 DEVICE = "cuda"  # the workers' device; the tests run them on the CPU as stand-ins
 WORKER_STEPS = ("games", "game", "profile", "train_modes", "throughput", "step_modes")
 # The defaults' rivals on a GPU: `make train` again with one flag each, so that what the
@@ -60,6 +82,9 @@ TRAIN_MODES = {
     "cuda_graphs": ["--compile-mode", "reduce-overhead"],
     "no_compile": ["--no-compile"],
 }
+# The rivals stop at 0.70 (what they are compared by), to leave the sitting's time to the
+# steps after them; the train step itself runs make train whole, for its final catch rate.
+TRAIN_MODES_STOP = ("--target", "catch_rate=0.70")
 
 
 def child_env() -> dict[str, str]:
@@ -96,8 +121,11 @@ def run_steps(
     report: dict[str, Any],
     results: Path,
     total_limit_s: float = TOTAL_LIMIT_S,
+    step_limits: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Run the steps in order within `total_limit_s`, writing the report after each one."""
+    """Run the steps in order within `total_limit_s`, each within its own limit too
+    (`step_limits`, none by default), writing the report after each one."""
+    step_limits = step_limits or {}
     deadline = time.monotonic() + total_limit_s
     for i, (step, (command, result_file)) in enumerate(commands.items(), 1):
         left = deadline - time.monotonic()
@@ -106,7 +134,7 @@ def run_steps(
             print(f"[{i}/{len(commands)}] {step}: skipped, out of time", flush=True)
         else:
             print(f"[{i}/{len(commands)}] {step}: {' '.join(command[1:])}", flush=True)
-            report[step] = run_step(command, result_file, left)
+            report[step] = run_step(command, result_file, min(left, step_limits.get(step, left)))
             r = report[step]
             print(f"    done in {r['seconds']:.0f} s, exit {r['returncode']}", flush=True)
         write_report(report, list(commands)[:i], results)
@@ -347,24 +375,21 @@ def throughput_worker(out: Path) -> None:
     """Env only, env + policy, full training: the GPU tables of docs/performance.md."""
     result: dict[str, Any] = {"copy_bytes_per_s": _copy_bandwidth(), "env": [], "train": {}}
     _save(result, out)
-    for compile_ in (False, True):
-        for n in (4096, 65536, 1048576, 4194304):
-            row = {
-                "env": "FruitCatcher-v0",
-                "num_envs": n,
-                **_env_rate("FruitCatcher-v0", n, compile=compile_),
-            }
-            row["roofline_fraction"] = (
-                row["steps_per_s"] * row["bytes_per_step"] / result["copy_bytes_per_s"]
-            )
-            result["env"].append(row)
-            _save(result, out)
+    # The env as make_vec gives it (the eager step): a compiled step is step_modes' question
+    # in this process, and a package's is the probe's (a compile=True row here would build
+    # one, minutes of the sitting).
+    for n in (4096, 65536, 1048576, 4194304):
+        row = {"env": "FruitCatcher-v0", "num_envs": n, **_env_rate("FruitCatcher-v0", n)}
+        row["roofline_fraction"] = (
+            row["steps_per_s"] * row["bytes_per_step"] / result["copy_bytes_per_s"]
+        )
+        result["env"].append(row)
+        _save(result, out)
     for n in (4096, 262144):
-        for compile_ in (False, True):
-            row = {"env": "Breakout-MinAtar-v0", "num_envs": n}
-            row.update(_env_rate("Breakout-MinAtar-v0", n, compile=compile_))
-            result["env"].append(row)
-            _save(result, out)
+        row = {"env": "Breakout-MinAtar-v0", "num_envs": n}
+        row.update(_env_rate("Breakout-MinAtar-v0", n))
+        result["env"].append(row)
+        _save(result, out)
         try:
             result["env"].append(
                 {"env": "gymnax Breakout-MinAtar", "num_envs": n, "steps_per_s": _gymnax_rate(n)}
@@ -527,13 +552,14 @@ def train_modes_worker(out: Path, extra: tuple[str, ...] = ()) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name, flags in TRAIN_MODES.items():
             run_dir = Path(tmp) / name
-            command = [*train_command(run_dir), *flags, *extra]
+            command = [*train_command(run_dir), *flags, *TRAIN_MODES_STOP, *extra]
             started = time.perf_counter()
             done = subprocess.run(
                 command, cwd=ROOT, env=child_env(), capture_output=True, text=True
             )
             row: dict[str, Any] = {
                 "flags": flags,
+                "command": " ".join(command[1:]),
                 "returncode": done.returncode,
                 "seconds": round(time.perf_counter() - started, 1),
                 "tail": (done.stdout + done.stderr)[-1500:],
@@ -604,7 +630,7 @@ def main() -> int:
         return [python, __file__, "--worker", step, "--out", str(file)], file
 
     tests = [python, "-m", "pytest", "-q", "-rs", "-k", "cuda", "-p", "no:cacheprovider", "tests/"]
-    if importlib.util.find_spec("xdist"):  # the compiled-step tests build packages in parallel
+    if importlib.util.find_spec("xdist"):  # the package tests build packages in parallel
         tests += ["-n", "4"]
     everything: dict[str, tuple[list[str], Path | None]] = {
         "games": worker("games"),
@@ -613,7 +639,8 @@ def main() -> int:
         "train_modes": worker("train_modes"),
         "throughput": worker("throughput"),
         "step_modes": worker("step_modes"),
-        "tests": (tests, None),
+        "tests": ([*tests, "-m", "not package"], None),
+        "package_tests": ([*tests, "-m", "package"], None),
     }
     commands = {step: everything[step] for step in STEPS if step in args.only}
     report: dict[str, Any] = {
@@ -623,7 +650,7 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d"),
         "budget_s": args.budget,
     }
-    report = run_steps(commands, report, args.out, args.budget)
+    report = run_steps(commands, report, args.out, args.budget, STEP_LIMITS_S)
     print(f"wrote {args.out / 'gpu_check.json'} and gpu_check.md")
     return 0 if all(report[s].get("returncode") == 0 for s in commands) else 1
 

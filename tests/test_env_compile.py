@@ -234,6 +234,7 @@ def test_compile_is_checked() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.package
 @pytest.mark.parametrize("mode", list(AutoresetMode), ids=[m.name for m in AutoresetMode])
 def test_the_compiled_step_on_cuda_plays_the_eager_games(
     mode: AutoresetMode, caplog: pytest.LogCaptureFixture

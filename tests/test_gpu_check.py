@@ -87,6 +87,25 @@ def test_children_keep_the_callers_pythonpath(monkeypatch: pytest.MonkeyPatch) -
 def test_the_default_budget_fits_one_short_sitting() -> None:
     assert gpu_check.TOTAL_LIMIT_S <= 8 * 60
     assert gpu_check.STEPS[0] == "games"  # what every GPU user meets first comes first
+    # every step but the package builds has a limit, and all of them fit the budget together
+    assert set(gpu_check.STEP_LIMITS_S) == set(gpu_check.STEPS) - {"package_tests"}
+    assert sum(gpu_check.STEP_LIMITS_S.values()) <= gpu_check.TOTAL_LIMIT_S
+    assert gpu_check.STEPS[-1] == "package_tests"
+
+
+SPINS = (
+    "import json, sys\n"
+    "open(sys.argv[1], 'w').write(json.dumps({'rows': [1]}))\n"  # a partial result, then
+    "while True: pass\n"
+)
+
+
+def test_a_step_past_its_own_limit_is_stopped_and_the_next_still_runs(tmp_path: Path) -> None:
+    commands = {"slow": _step(tmp_path, "slow", SPINS), "next": _step(tmp_path, "next", NOISY)}
+    report = gpu_check.run_steps(commands, {}, tmp_path / "out", 600, {"slow": 2})
+    assert report["slow"]["returncode"] == -1 and "timed out after 2 s" in report["slow"]["tail"]
+    assert report["slow"]["result"] == {"rows": [1]}  # what it saved before it was stopped
+    assert report["next"]["returncode"] == 0 and report["next"]["result"] == {"steps_per_s": 123.0}
 
 
 def test_the_train_summary_reads_a_real_run(tmp_path: Path) -> None:
@@ -157,6 +176,10 @@ def test_the_train_modes_step_trains_and_summarises_each_mode(
     assert list(result) == ["no_compile"]
     row = result["no_compile"]
     assert row["returncode"] == 0 and row["flags"] == ["--no-compile"]
+    assert row["command"].endswith(
+        " ".join(["--no-compile", *gpu_check.TRAIN_MODES_STOP, *short])
+        + " --device cpu --no-progress"
+    )
     assert row["config"]["total_env_steps"] == 40000 and row["train_s"] > 0
 
 

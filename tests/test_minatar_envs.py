@@ -561,7 +561,7 @@ def test_it_steps_on_the_meta_device_without_a_host_read(game: Game, mode: str) 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @each_game
-@pytest.mark.parametrize("choice", [False, True])
+@pytest.mark.parametrize("choice", [False, pytest.param(True, marks=pytest.mark.package)])
 def test_a_cuda_env_plays_the_cpu_games(game: Game, choice: bool | str) -> None:
     """The eager and the compiled step on CUDA give the CPU's eager games bit for bit."""
     played = []
