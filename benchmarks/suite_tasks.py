@@ -51,7 +51,7 @@ class SB3:
 class Task:
     """One suite task: GRPO's env, the budget and threshold every trainer gets, the peers'."""
 
-    env: str  # GRPO's env (--env)
+    env: str  # GRPO's env (--env): the JAX peer's own where gymnax has the task (_classic)
     budget: int  # env steps per run
     threshold: float | str  # a value, or PEER
     metric: str = "return"  # or "catch_rate"
@@ -120,6 +120,15 @@ ZOO = {
 }
 
 
+def _classic(env_id: str, budget: int, threshold: float, sb3: SB3) -> Task:
+    """A classic-control task that gymnax has: GRPO plays gymnax's jitted env, as the JAX
+    peer does, so that on equal seconds the two learners meet on one implementation of the
+    game. Gymnasium's Python envs gave GRPO a fraction of the peer's env steps in the same
+    seconds (Acrobot: 3.5k/s, docs/trainer.md, "Every suite task with the defaults"); SB3
+    keeps them, as its own package does."""
+    return Task(f"gymnax:{env_id}", budget, threshold, gymnax=env_id, sb3=sb3)
+
+
 def _minatar(game: str, fallback: float | None = None) -> Task:
     """A MinAtar game: the kit's torch game (gymnax's rules, `import fruit_env` registers
     it) for GRPO, gymnax's for the JAX peer, the minatar package's for SB3."""
@@ -137,18 +146,16 @@ def _minatar(game: str, fallback: float | None = None) -> Task:
 TASKS: dict[str, Task] = {
     # name:        GRPO's env, budget, threshold, ...
     "fruit":       Task("fruit_env:FruitCatcher-v0", 2_500_000, 0.70, metric="catch_rate"),
-    "cartpole":    Task("CartPole-v1", 500_000, 475.0, gymnax="CartPole-v1",
-                        sb3=SB3("CartPole-v1", ZOO["cartpole"])),
-    "acrobot":     Task("Acrobot-v1", 300_000, -100.0, gymnax="Acrobot-v1",
-                        sb3=SB3("Acrobot-v1", ZOO["acrobot"], normalize=True)),
-    "pendulum":    Task("Pendulum-v1", 1_000_000, -200.0, gymnax="Pendulum-v1",
-                        sb3=SB3("Pendulum-v1", ZOO["pendulum"])),
+    "cartpole":    _classic("CartPole-v1", 500_000, 475.0, SB3("CartPole-v1", ZOO["cartpole"])),
+    "acrobot":     _classic("Acrobot-v1", 300_000, -100.0,
+                            SB3("Acrobot-v1", ZOO["acrobot"], normalize=True)),
+    "pendulum":    _classic("Pendulum-v1", 1_000_000, -200.0,
+                            SB3("Pendulum-v1", ZOO["pendulum"])),
     "lunarlander": Task("LunarLander-v3", 2_000_000, 200.0,
                         sb3=SB3("LunarLander-v3", ZOO["lunarlander"])),
     # a deceptive reward: doing nothing (0) beats failing to reach the flag (a cost per push)
-    "mountaincar": Task("MountainCarContinuous-v0", 1_000_000, 90.0,
-                        gymnax="MountainCarContinuous-v0",
-                        sb3=SB3("MountainCarContinuous-v0", ZOO["mountaincar"], normalize=True)),
+    "mountaincar": _classic("MountainCarContinuous-v0", 1_000_000, 90.0,
+                            SB3("MountainCarContinuous-v0", ZOO["mountaincar"], normalize=True)),
     "breakout":    _minatar("Breakout", BREAKOUT_PEER_RETURN),
     "freeway":     _minatar("Freeway", FREEWAY_PEER_RETURN),
     # outside the set the defaults were chosen on: do they transfer?

@@ -180,7 +180,7 @@ def test_grpo_argv_is_the_train_command_with_the_rows_flags_last(suite: Any) -> 
     assert argv[:7] == [
         "train",
         "--env",
-        "Acrobot-v1",
+        "gymnax:Acrobot-v1",
         "--total-env-steps",
         "300000",
         "--seed",
@@ -437,6 +437,15 @@ def test_smoke_study_against_head_writes_the_documented_json(tmp_path: Path) -> 
 
 
 # ---------------------------------------------------------------- per-peer envs
+
+
+def test_classic_tasks_train_grpo_and_the_jax_peer_on_gymnaxs_env(suite: Any) -> None:
+    """Where gymnax has the task, GRPO plays the JAX peer's env on equal seconds; SB3 keeps
+    Gymnasium's."""
+    for name in ("cartpole", "acrobot", "pendulum", "mountaincar"):
+        task = suite.TASKS[name]
+        assert task.env_for("grpo") == f"gymnax:{task.env_for('ppo_jax')}"
+        assert task.sb3 is not None and task.env_for("sb3") == task.env_for("ppo_jax")
 
 
 def test_minatar_tasks_train_grpo_on_the_kits_game_and_ppo_on_gymnaxs(suite: Any) -> None:
