@@ -19,7 +19,10 @@ untimed warm-up update, the median seconds of each side per update, and per env 
 
 With `--flags` the same for a variant; a variant that plays extra inference-only steps
 reports them (`extra_steps_per_update`) when its rollout counts them (`env_steps` of
-`rollout.completion`).
+`rollout.completion`). With `--every-row` the update trains every row, those of weight 0
+too, as it does on a GPU (`drop_flat_rows`, docs/performance.md, "Rows that weigh
+nothing"). Each row reports the timed updates' `frac_zero_std_groups` (their rows of weight
+0, but those of steps that do not count).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +46,9 @@ GAMES = {
 }
 
 
-def measure(env_id: str, budget: int, updates: int, flags: list[str]) -> dict[str, Any]:
+def measure(
+    env_id: str, budget: int, updates: int, flags: list[str], every_row: bool = False
+) -> dict[str, Any]:
     """Median collect and learn seconds per update of the train command's run of `env_id`."""
     import torch
 
@@ -51,20 +57,24 @@ def measure(env_id: str, budget: int, updates: int, flags: list[str]) -> dict[st
 
     argv = ["train", "--env", f"fruit_env:{env_id}", "--total-env-steps", str(budget)]
     argv += ["--device", "cpu", "--no-progress", "--eval-every", "0", *flags]
+    argv += ["--run-dir", tempfile.mkdtemp(prefix="step-costs-")]
     trainer = open_run(config_from_args(build_parser().parse_args(argv)))
+    if every_row:
+        trainer.drop_flat_rows = False
     completion = getattr(trainer.rollout, "completion", None)
-    collect_s, learn_s, extra = [], [], []
+    collect_s, learn_s, extra, flat = [], [], [], []
     for index in range(updates + 1):
         before = completion.env_steps if completion is not None else 0
         start = time.perf_counter()
         rollout = trainer.collect()
         played = time.perf_counter()
-        trainer.learn(rollout)
+        metrics = trainer.learn(rollout).metrics
         done = time.perf_counter()
         if index:  # the first update warms up (allocations, lazy set-up)
             collect_s.append(played - start)
             learn_s.append(done - played)
             extra.append((completion.env_steps if completion is not None else 0) - before)
+            flat.append(metrics.get("frac_zero_std_groups"))  # absent: nothing compared
     config = trainer.config
     samples = config.num_envs * config.rollout_steps
     collect, learn = statistics.median(collect_s), statistics.median(learn_s)
@@ -86,6 +96,8 @@ def measure(env_id: str, budget: int, updates: int, flags: list[str]) -> dict[st
         "update_us_per_step": round((collect + learn) / samples * 1e6, 2),
         "played_over_trained": round(collect / (collect + learn), 3),
         "extra_steps_per_update": statistics.fmean(extra),
+        "drop_flat_rows": trainer.drop_flat_rows,
+        "frac_zero_std_groups": flat,
     }
 
 
@@ -95,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=2_000_000, help="the run's env steps")
     parser.add_argument("--updates", type=int, default=17, help="timed updates per game")
     parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="train flags")
+    parser.add_argument("--every-row", action="store_true", help="train rows of weight 0 too")
     parser.add_argument("--name", default="step_costs", help="results file stem")
     parser.add_argument("--results", type=Path, help="folder of the JSON (benchmarks/results)")
     args = parser.parse_args(argv)
@@ -105,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     rows = []
     for game in args.games:
-        row = measure(GAMES[game], args.budget, args.updates, args.flags)
+        row = measure(GAMES[game], args.budget, args.updates, args.flags, args.every_row)
         print(
             f"{game}: {row['samples_per_update']} samples, collect {row['median_collect_s']} s, "
             f"learn {row['median_learn_s']} s per update; {row['collect_us_per_step']} us "

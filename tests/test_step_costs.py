@@ -21,3 +21,14 @@ def test_step_costs_times_the_train_commands_run(tmp_path: Path) -> None:
     assert len(row["collect_s"]) == len(row["learn_s"]) == 2  # the warm-up update is not kept
     assert 0 < row["collect_us_per_step"] < row["update_us_per_step"]
     assert row["extra_steps_per_update"] == 0  # the defaults play no inference-only steps
+    assert row["drop_flat_rows"] is True  # the CPU's default: rows of weight 0 are not trained
+    assert len(row["frac_zero_std_groups"]) == 2
+
+
+def test_every_row_trains_rows_of_weight_zero_too(tmp_path: Path) -> None:
+    """`--every-row` times the update as a GPU runs it, every row through the passes."""
+    step_costs = load_module(ROOT / "benchmarks" / "step_costs.py", "step_costs_benchmark")
+    argv = ["--games", "freeway", "--budget", "20000", "--updates", "1", "--every-row"]
+    assert step_costs.main([*argv, "--name", "every", "--results", str(tmp_path)]) == 0
+    (row,) = json.loads((tmp_path / "every.json").read_text())["rows"]
+    assert row["drop_flat_rows"] is False

@@ -27,7 +27,11 @@ def _trainer(**cfg: Any) -> GRPOTrainer:
         **{"window": 4, "minibatch_size": 64, **cfg},
         run=RunConfig(progress=False, device="cpu"),
     )
-    return GRPOTrainer(make_envs(config, config.num_envs, torch.device("cpu")), config)
+    trainer = GRPOTrainer(make_envs(config, config.num_envs, torch.device("cpu")), config)
+    # As on a GPU, where this counter's findings matter: on the CPU the update finds the rows
+    # of weight 0 on the host on purpose, to skip their passes (tests/test_flat_rows.py).
+    trainer.drop_flat_rows = False
+    return trainer
 
 
 @pytest.mark.parametrize(
@@ -50,6 +54,19 @@ def test_an_update_makes_no_host_sync(cfg: dict[str, Any]) -> None:
     with SyncCounter() as syncs:
         trainer.learn(rollout)
     assert syncs.count == 0, syncs.calls
+
+
+def test_the_cpus_choice_to_drop_flat_rows_is_the_only_sync_it_adds() -> None:
+    """The control of the setting above: on the CPU's own choice each minibatch's filter is
+    counted (one boolean-mask index per optimiser step), and nothing else is."""
+    trainer = _trainer(rollout_steps=8, epochs=1)
+    trainer.update()
+    trainer.drop_flat_rows = True
+    rollout = trainer.collect()
+    with SyncCounter() as syncs:
+        trainer.learn(rollout)
+    minibatches = 16 * 8 // 64  # sub-envs x rollout steps / minibatch size, one epoch
+    assert syncs.calls == ["aten.index.Tensor"] * minibatches
 
 
 def test_the_counter_sees_a_sync() -> None:

@@ -98,6 +98,11 @@ class GRPO:
         forward = self.collective.data_parallel(self.policy)
         self.loss = Compiled(functools.partial(calls.loss, forward), on, "loss", mode)
         self.log_prob = calls.log_prob
+        # On the CPU the passes cost what they compute, and most rows of a sparse reward's
+        # early updates weigh 0 (docs/performance.md, "Rows that weigh nothing"). Finding
+        # them reads a count, a host sync on a GPU, where the passes are launch-bound: there
+        # every row is kept, and the update's shapes stay fixed.
+        self.drop_flat_rows = self.device.type == "cpu"
         self.update_index = 0
         self.env_steps = 0
         self.train_s = 0.0
@@ -182,7 +187,16 @@ class GRPO:
         for _ in range(cfg.epochs):
             order = torch.randperm(part.size, generator=self.generator, device=self.device)
             for minibatch in order.tensor_split(minibatches):
-                totals.add(*self._minibatch_step(part, minibatch, normaliser))
+                rows = self._contributing(part, minibatch)
+                totals.add(*self._minibatch_step(part, rows, normaliser))
+
+    def _contributing(self, part: Samples, minibatch: torch.Tensor) -> torch.Tensor:
+        """`minibatch` without its rows of weight 0 (group steps without spread, steps that do
+        not count) where `drop_flat_rows`. Every loss term is weighted, so those rows add
+        exact zeros to the step, yet they cost a forward and a backward pass each."""
+        if not self.drop_flat_rows:
+            return minibatch
+        return minibatch[part.weights.index_select(0, minibatch) > 0]
 
     def _minibatch_step(
         self, part: Samples, minibatch: torch.Tensor, normaliser: torch.Tensor
