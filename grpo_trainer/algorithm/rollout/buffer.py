@@ -74,13 +74,15 @@ class RolloutBuffer:
         return sum(t[0, 0].numel() * t.element_size() for t in self.tensors.values())
 
     def shift_lookahead(self) -> None:
-        """Move the look-ahead rows of the last rollout to the front."""
-        if not self.lookahead_rows:
-            return
-        overlap = self.trained_rows < self.lookahead_rows  # the tail overlaps the front
+        """Move the look-ahead rows of the last rollout to the front. Where they overlap it
+        (a look-ahead longer than a rollout), blocks of `trained_rows` rows move front to
+        back: a block's source lies past every row written before it, so each row is copied
+        once, without the clone of the whole tail that a single copy would need."""
+        shift, rows = self.trained_rows, self.lookahead_rows
         for t in self.tensors.values():
-            tail = t[self.trained_rows :]
-            t[: self.lookahead_rows] = tail.clone() if overlap else tail
+            for start in range(0, rows, shift):
+                stop = min(start + shift, rows)
+                t[start:stop] = t[start + shift : stop + shift]
 
 
 class Rollout(NamedTuple):
