@@ -19,12 +19,15 @@ at its env steps a little early (its `stop_reason` is then None), a slower one i
 clock a little before the learning rate reaches 0 (`stop_reason` names the time budget). The
 headroom makes the second the usual case: unused seconds would count against GRPO, a
 learning rate stopped at a tenth of its start barely matters. Calibrating from a run's first
-updates can still misjudge a whole run (three Breakout smokes on our loaded 2-core VM ran
-10-34% faster than calibrated, steadily over the run: the first updates are slower, or the
-load changed), so a run
-that ended at its env steps with more than 5% of its seconds unused is set aside and run
-again at the env steps its own pace buys; the set-aside run's figures stay in the record
-(`set_aside`), and the choice depends only on the seconds used, never on the returns. Both
+updates can still misjudge a whole run, either way. Three Breakout smokes on our loaded 2-core
+VM ran 10-34% faster than calibrated, steadily over the run (the first updates are slower, or
+the load changed). Freeway's first updates ran about twice as fast as its whole run (on the
+CPU an update skips rows that weigh nothing, most of an early sparse-reward batch), so the
+clock cut its run at 56% of the estimate, with its learning rate at 44% of its start. So a
+run that ended at its env steps with more than 5% of its seconds unused, or that the clock
+stopped before `SHORT` of its estimated env steps, is set aside and run again at the env
+steps its own pace buys; the set-aside run's figures stay in the record (`set_aside`), and
+the choice depends only on the seconds and env steps used, never on the returns. Both
 outcomes are recorded, with the estimate, so a reader sees which happened.
 """
 
@@ -79,7 +82,7 @@ def run_wallclock(
             break
     record = run({**job, "budget": steps, "time_budget_s": budget_s})
     attempts = []
-    if _unused(record, budget_s):  # once more, at the pace of the whole run it just made
+    if _unused(record, budget_s) or _cut_short(record, steps):  # once more, at its own pace
         attempts.append({"estimated_env_steps": steps, **{k: record.get(k) for k in ATTEMPT}})
         pace = _run_pace(record)
         steps = estimate_env_steps(pace, budget_s) if pace else steps
@@ -94,6 +97,17 @@ def run_wallclock(
 
 ATTEMPT = ("env_steps", "elapsed_s", "stop_reason", "final_eval", "final_eval_sampled")
 USED = 0.95  # a run that ended at its env steps before this share of its budget is run again
+# A run the clock stopped before this share of its estimated env steps is run again: at the
+# calibrated pace the headroom stops it at 91% (the learning rate at 9% of its start); here
+# its learning rate was still above a fifth of its start.
+SHORT = 0.8
+
+
+def _cut_short(record: dict[str, Any], estimated_env_steps: int) -> bool:
+    """Whether the clock stopped a run before `SHORT` of the env steps it was estimated."""
+    if "error" in record or not record.get("stop_reason") or record.get("env_steps") is None:
+        return False
+    return record["env_steps"] < SHORT * estimated_env_steps
 
 
 def _unused(record: dict[str, Any], budget_s: float) -> bool:

@@ -636,7 +636,7 @@ def test_smoke_wallclock_study_gives_grpo_the_peers_seconds_on_its_core(tmp_path
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads((tmp_path / "suite_cartpole.json").read_text())
     assert result["wallclock"] and result["peers"] == ["ppo_jax", "grpo"]
-    assert result["envs"] == {"ppo_jax": "CartPole-v1", "grpo": "CartPole-v1"}
+    assert result["envs"] == {"ppo_jax": "CartPole-v1", "grpo": "gymnax:CartPole-v1"}
     (ppo,), (grpo,) = result["runs"]["ppo_jax"], result["runs"]["grpo"]
     assert ppo["elapsed_s"] >= ppo["compile_s"] + ppo["train_s"]
     assert grpo["time_budget_s"] == ppo["elapsed_s"] and grpo["cpu"] == ppo["cpu"]
@@ -664,6 +664,51 @@ def test_an_sb3_run_reports_its_greedy_and_sampled_returns(runs_module: Any) -> 
     for point in record["curve"]:
         assert point["eval"] >= 8 and point["eval_sampled"] >= 8  # CartPole lasts 8+ steps
     assert record["final_eval_sampled"] == record["curve"][-1]["eval_sampled"]
+
+
+def test_a_wallclock_run_the_clock_cut_far_short_runs_again_at_its_own_pace(
+    suite: Any,
+) -> None:
+    """Calibrated at 100k env-steps/s, a whole run goes at 50k/s: the clock stops it at about
+    half its estimate, so it runs again at the pace it made, and then ends near its new
+    estimate, cut by the clock as the headroom intends."""
+    wallclock = sys.modules["suite_wallclock"]
+    jobs: list[dict[str, Any]] = []
+
+    def fake_run(job: dict[str, Any]) -> dict[str, Any]:
+        jobs.append(job)
+        if job.get("throughput"):
+            return _calibration(job)
+        seconds = 1.0 + (job["budget"] - 1024) / 50_000
+        clock = seconds >= job["time_budget_s"]
+        steps = job["budget"] if not clock else 1024 + int(50_000 * (job["time_budget_s"] - 1))
+        steps -= steps % 1024
+        return {
+            "env_steps": steps,
+            "updates": steps // 1024,
+            "first_update_s": 1.0,
+            "train_s": min(seconds, job["time_budget_s"]),
+            "elapsed_s": min(seconds, job["time_budget_s"]),
+            "stop_reason": "the time budget (9.00 s of training) is spent" if clock else None,
+        }
+
+    job = {"row": "grpo", "seed": 0, "repeat": 0, "cpu": 0, "budget": 1_000_000}
+    record = wallclock.run_wallclock(job, 9.0, 5, fake_run)
+    (aside,) = record["set_aside"]
+    assert aside["estimated_env_steps"] == jobs[1]["budget"]  # 880k at the calibrated pace
+    assert aside["env_steps"] < wallclock.SHORT * aside["estimated_env_steps"]
+    assert aside["stop_reason"].startswith("the time budget")
+    assert len(jobs) == 3 and jobs[-1]["budget"] == record["estimated_env_steps"]
+    assert record["env_steps"] >= wallclock.SHORT * record["estimated_env_steps"]
+    assert record["stop_reason"].startswith("the time budget")
+
+
+def test_a_run_cut_by_the_clock_near_its_estimate_is_kept(suite: Any) -> None:
+    wallclock = sys.modules["suite_wallclock"]
+    cut = {"env_steps": 850, "stop_reason": "the time budget (9.00 s of training) is spent"}
+    assert wallclock._cut_short(cut, 1000) is False  # 85%: its learning rate at 15%
+    assert wallclock._cut_short({**cut, "env_steps": 790}, 1000) is True
+    assert wallclock._cut_short({"env_steps": 500, "stop_reason": None}, 1000) is False
 
 
 def test_a_wallclock_run_that_left_seconds_unused_runs_again_at_its_own_pace(
