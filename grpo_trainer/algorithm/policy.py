@@ -131,12 +131,7 @@ class MultiCategoricalHead(ActionHead):
 class GaussianHead(ActionHead):
     """`Box` actions: diagonal Gaussian with a learned, state-independent log-std.
 
-    Unclipped samples are stored (their log-prob is exact); the env gets them clipped. The
-    mean is held within the bounds: beyond them a mean changes nothing the env sees but the
-    share of samples clipped, so once every member of a group is clipped the group has no
-    spread and nothing pulls it back, and it drifts (Pendulum at 7M env steps: to 2,000
-    against a bound of 2 in 25 updates, until the log-probs overflowed). Held, a mean at a
-    bound still has half its samples inside, whose spread trains it.
+    Unclipped samples are stored (their log-prob is exact); the env gets them clipped.
     """
 
     def __init__(self, space: gym.spaces.Box) -> None:
@@ -148,7 +143,6 @@ class GaussianHead(ActionHead):
         for name, bound in (("low", space.low), ("high", space.high)):
             tensor = torch.as_tensor(bound, dtype=torch.float32)
             self.register_buffer(name, tensor, persistent=False)
-            self.register_buffer(f"mean_{name}", tensor.flatten(), persistent=False)
 
     def noise(self, batch: int, generator: Generator | None, device: torch.device) -> Tensor:
         return torch.randn((batch, self.param_dim), generator=generator, device=device)
@@ -157,20 +151,16 @@ class GaussianHead(ActionHead):
         z = (flat_action - mean) * torch.exp(-self.log_std)
         return (-0.5 * z**2 - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
-    def mean(self, params: Tensor) -> Tensor:
-        """The distribution's mean: `params` within the bounds (infinite ones hold nothing)."""
-        return torch.clamp(params.float(), self.mean_low, self.mean_high)
-
     def sample(self, params: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
-        mean = self.mean(params)
+        mean = params.float()
         flat = mean + torch.exp(self.log_std) * noise
         return flat.unflatten(-1, self.action_shape), self._logp(mean, flat)
 
     def greedy(self, params: Tensor) -> Tensor:
-        return self.mean(params).unflatten(-1, self.action_shape)
+        return params.float().unflatten(-1, self.action_shape)
 
     def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
-        logp = self._logp(self.mean(params), action.float().flatten(-len(self.action_shape)))
+        logp = self._logp(params.float(), action.float().flatten(-len(self.action_shape)))
         entropy = (self.log_std + 0.5 * math.log(2 * math.pi * math.e)).sum().expand_as(logp)
         return logp, entropy
 
