@@ -303,6 +303,11 @@ def profile_worker(out: Path) -> None:
         ),
         "sync_ops_collect": collect_syncs.count,
         "sync_ops_learn": learn_syncs.count,
+        # the CPU's one count per minibatch of its rows of weight 0; off on a GPU
+        "drop_flat_rows": t.drop_flat_rows,
+        "optimizer_steps_per_update": sum(
+            e.count for e in events if e.key.startswith("Optimizer.step#")
+        ),
         "device_to_host_copies_per_update": sum(e.count for e in events if "DtoH" in e.key),
         "kernel_launches_per_update": sum(e.count for e in events if e.key == "cudaLaunchKernel"),
         "graph_launches_per_update": sum(e.count for e in events if e.key == "cudaGraphLaunch"),

@@ -423,7 +423,7 @@ def test_smoke_study_against_head_writes_the_documented_json(tmp_path: Path) -> 
         (record,) = records
         assert record["seed"] == 0 and record["torch_threads"] == 1
         assert record["cpus_allowed"] == [record["cpu"]]
-        assert record["config"]["run"]["env"] == "CartPole-v1"
+        assert record["config"]["run"]["env"] == "gymnax:CartPole-v1"
         assert record["config"]["total_env_steps"] == 4096
         assert record["curve"][-1]["env_steps"] == record["env_steps"] >= 4096
         assert record["final_eval"] == record["curve"][-1]["eval"] >= 8

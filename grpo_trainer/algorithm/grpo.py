@@ -193,10 +193,15 @@ class GRPO:
     def _contributing(self, part: Samples, minibatch: torch.Tensor) -> torch.Tensor:
         """`minibatch` without its rows of weight 0 (group steps without spread, steps that do
         not count) where `drop_flat_rows`. Every loss term is weighted, so those rows add
-        exact zeros to the step, yet they cost a forward and a backward pass each."""
+        exact zeros to the step, yet they cost a forward and a backward pass each. A row whose
+        advantage or log-prob is not finite stays (a NaN return or observation makes both so):
+        it makes the step non-finite, which is skipped and counted, as with every row."""
         if not self.drop_flat_rows:
             return minibatch
-        return minibatch[part.weights.index_select(0, minibatch) > 0]
+        keep = part.weights.index_select(0, minibatch) > 0
+        for column in (part.advantages, part.old_logp):
+            keep |= ~torch.isfinite(column.index_select(0, minibatch))
+        return minibatch[keep]
 
     def _minibatch_step(
         self, part: Samples, minibatch: torch.Tensor, normaliser: torch.Tensor
