@@ -184,24 +184,25 @@ class GRPO:
         normaliser = self.collective.sum(part.valid.sum()).clamp_min(1.0) / (
             minibatches * self.collective.world_size
         )
+        contributes = self._contributing(part) if self.drop_flat_rows else None
         for _ in range(cfg.epochs):
             order = torch.randperm(part.size, generator=self.generator, device=self.device)
             for minibatch in order.tensor_split(minibatches):
-                rows = self._contributing(part, minibatch)
-                totals.add(*self._minibatch_step(part, rows, normaliser))
+                if contributes is not None:
+                    minibatch = minibatch[contributes.index_select(0, minibatch)]
+                totals.add(*self._minibatch_step(part, minibatch, normaliser))
 
-    def _contributing(self, part: Samples, minibatch: torch.Tensor) -> torch.Tensor:
-        """`minibatch` without its rows of weight 0 (group steps without spread, steps that do
-        not count) where `drop_flat_rows`. Every loss term is weighted, so those rows add
-        exact zeros to the step, yet they cost a forward and a backward pass each. A row whose
-        advantage or log-prob is not finite stays (a NaN return or observation makes both so):
-        it makes the step non-finite, which is skipped and counted, as with every row."""
-        if not self.drop_flat_rows:
-            return minibatch
-        keep = part.weights.index_select(0, minibatch) > 0
-        for column in (part.advantages, part.old_logp):
-            keep |= ~torch.isfinite(column.index_select(0, minibatch))
-        return minibatch[keep]
+    @staticmethod
+    def _contributing(part: Samples) -> torch.Tensor:
+        """Which of `part`'s rows a minibatch keeps where `drop_flat_rows`: not those of
+        weight 0 (group steps without spread, steps that do not count). Every loss term is
+        weighted, so those rows add exact zeros to the step, yet they cost a forward and a
+        backward pass each. A row whose advantage or log-prob is not finite stays (a NaN
+        return or observation makes both so): it makes the step non-finite, which is skipped
+        and counted, as with every row."""
+        return (
+            (part.weights > 0) | ~torch.isfinite(part.advantages) | ~torch.isfinite(part.old_logp)
+        )
 
     def _minibatch_step(
         self, part: Samples, minibatch: torch.Tensor, normaliser: torch.Tensor
