@@ -12,7 +12,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -666,22 +666,20 @@ def test_an_sb3_run_reports_its_greedy_and_sampled_returns(runs_module: Any) -> 
     assert record["final_eval_sampled"] == record["curve"][-1]["eval_sampled"]
 
 
-def test_a_wallclock_run_the_clock_cut_far_short_runs_again_at_its_own_pace(
-    suite: Any,
-) -> None:
-    """Calibrated at 100k env-steps/s, a whole run goes at 50k/s: the clock stops it at about
-    half its estimate, so it runs again at the pace it made, and then ends near its new
-    estimate, cut by the clock as the headroom intends."""
-    wallclock = sys.modules["suite_wallclock"]
-    jobs: list[dict[str, Any]] = []
+def _paced_runs(
+    jobs: list[dict[str, Any]], pace: float
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A fake `run`: calibrated at 100k env-steps/s (`_calibration`), a whole run goes at
+    `pace` after a 1 s first update; the clock stops it at the budget, else its env steps
+    do. Every job it is given is appended to `jobs`."""
 
     def fake_run(job: dict[str, Any]) -> dict[str, Any]:
         jobs.append(job)
         if job.get("throughput"):
             return _calibration(job)
-        seconds = 1.0 + (job["budget"] - 1024) / 50_000
+        seconds = 1.0 + (job["budget"] - 1024) / pace
         clock = seconds >= job["time_budget_s"]
-        steps = job["budget"] if not clock else 1024 + int(50_000 * (job["time_budget_s"] - 1))
+        steps = job["budget"] if not clock else 1024 + int(pace * (job["time_budget_s"] - 1))
         steps -= steps % 1024
         return {
             "env_steps": steps,
@@ -691,6 +689,19 @@ def test_a_wallclock_run_the_clock_cut_far_short_runs_again_at_its_own_pace(
             "elapsed_s": min(seconds, job["time_budget_s"]),
             "stop_reason": "the time budget (9.00 s of training) is spent" if clock else None,
         }
+
+    return fake_run
+
+
+def test_a_wallclock_run_the_clock_cut_far_short_runs_again_at_its_own_pace(
+    suite: Any,
+) -> None:
+    """Calibrated at 100k env-steps/s, a whole run goes at 50k/s: the clock stops it at about
+    half its estimate, so it runs again at the pace it made, and then ends near its new
+    estimate, cut by the clock as the headroom intends."""
+    wallclock = sys.modules["suite_wallclock"]
+    jobs: list[dict[str, Any]] = []
+    fake_run = _paced_runs(jobs, 50_000)
 
     job = {"row": "grpo", "seed": 0, "repeat": 0, "cpu": 0, "budget": 1_000_000}
     record = wallclock.run_wallclock(job, 9.0, 5, fake_run)
@@ -716,25 +727,7 @@ def test_a_wallclock_run_that_left_seconds_unused_runs_again_at_its_own_pace(
 ) -> None:
     wallclock = sys.modules["suite_wallclock"]
     jobs: list[dict[str, Any]] = []
-
-    def fake_run(job: dict[str, Any]) -> dict[str, Any]:
-        """Calibrated at 100k env-steps/s; a whole run goes at 200k/s, after a 1 s first
-        update; the clock stops it at the budget, else its env steps do."""
-        jobs.append(job)
-        if job.get("throughput"):
-            return _calibration(job)
-        seconds = 1.0 + (job["budget"] - 1024) / 200_000
-        clock = seconds >= job["time_budget_s"]
-        steps = job["budget"] if not clock else 1024 + int(200_000 * (job["time_budget_s"] - 1))
-        steps -= steps % 1024
-        return {
-            "env_steps": steps,
-            "updates": steps // 1024,
-            "first_update_s": 1.0,
-            "train_s": min(seconds, job["time_budget_s"]),
-            "elapsed_s": min(seconds, job["time_budget_s"]),
-            "stop_reason": "the time budget (9.00 s of training) is spent" if clock else None,
-        }
+    fake_run = _paced_runs(jobs, 200_000)  # calibrated at 100k env-steps/s, runs at 200k
 
     job = {"row": "grpo", "seed": 0, "repeat": 0, "cpu": 0, "budget": 1_000_000}
     record = wallclock.run_wallclock(job, 9.0, 5, fake_run)
