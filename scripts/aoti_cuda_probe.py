@@ -114,7 +114,7 @@ def main() -> int:
     import torch
 
     import fruit_env  # noqa: F401
-    from fruit_env.kit import compiled, proof
+    from fruit_env.kit import compiled, proof, step_graph
 
     report["torch"], report["device"] = torch.__version__, torch.cuda.get_device_name(0)
     env = gym.make_vec(args.env, num_envs=64, device="cuda", compile=False).unwrapped
@@ -123,7 +123,9 @@ def main() -> int:
     package = compiled.built(game, layout, mode, device)
     report["build_s"] = round(time.perf_counter() - started, 1)
     cases = scratch / "cases.pt"
-    torch.save(proof._cases(game, layout, mode, device, compiled._Graph(game, layout, mode)), cases)
+    torch.save(
+        proof._cases(game, layout, mode, device, step_graph.StepGraph(game, layout, mode)), cases
+    )
     save()
 
     source = CHILD.read_text()

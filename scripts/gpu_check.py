@@ -17,8 +17,8 @@ loses nothing measured before it), progress printed as they go:
 3. `profile`: host-sync ops of one default update (`SyncCounter` around `collect()` and
    `learn()`), device-to-host copies and kernel launches the profiler sees, whether sampling
    and the loss ran compiled, peak memory;
-4. `train_modes`: `train` again with each of `TRAIN_MODES`' flags (CUDA graphs, no compile),
-   each stopped at 0.70;
+4. `train_modes`: `train` again with each of `TRAIN_MODES`' flags (the compiled update, in
+   CUDA graphs or not), each stopped at 0.70;
 5. `throughput`: env only, as `make_vec` gives it (Fruit Catcher 4k to 4M sub-envs, against
    the device's copy bandwidth as the roofline; Breakout against gymnax's `jit(vmap(step))`
    at 4k and 262k), env + policy, and full training at 131k sub-envs (bf16 autocast beside);
@@ -75,12 +75,14 @@ STEP_LIMITS_S = {
 }
 DEVICE = "cuda"  # the workers' device; the tests run them on the CPU as stand-ins
 WORKER_STEPS = ("games", "game", "profile", "train_modes", "throughput", "step_modes")
-# The defaults' rivals on a GPU: `make train` again with one flag each, so that what the
-# defaults compile is chosen by the time to 0.70 on the device (docs/performance.md, "On a
-# GPU": the first update's compile took 10.8 s there, and an update was launch-bound).
+# The defaults' rivals on a GPU: `make train` again with the flags of each, so that what
+# the defaults compile is chosen by the time to 0.70 on the device. The defaults compile
+# nothing there since the H200 run of 2026-11-27 (docs/performance.md, "On a GPU"), where
+# `--no-compile` reached 0.70 first; the rivals are the compiled update, and the compiled
+# update in CUDA graphs.
 TRAIN_MODES = {
-    "cuda_graphs": ["--compile-mode", "reduce-overhead"],
-    "no_compile": ["--no-compile"],
+    "compile": ["--compile"],
+    "compile_cuda_graphs": ["--compile", "--compile-mode", "reduce-overhead"],
 }
 # The rivals stop at 0.70 (what they are compared by), to leave the sitting's time to the
 # steps after them; the train step itself runs make train whole, for its final catch rate.
@@ -223,6 +225,7 @@ def game_worker(env_id: str, out: Path, num_envs: int = 1024, steps: int = 300) 
     default = gym.make_vec(env_id, num_envs=num_envs, device=DEVICE)  # what users get
     result["make_vec_s"] = round(time.perf_counter() - started, 1)
     result["compiled"] = bool(default.unwrapped.compiled)
+    result["captured"] = bool(default.unwrapped.captured)
     _save(result, out)
     cpu = _plays(gym.make_vec(env_id, num_envs=num_envs, device="cpu", compile=False), steps, 7)
     got = _plays(default, steps, 7)
@@ -346,6 +349,7 @@ def _env_rate(env_id: str, num_envs: int, **kwargs: Any) -> dict[str, Any]:
     return {
         "steps_per_s": rate,
         "compiled": bool(env.unwrapped.compiled),
+        "captured": bool(env.unwrapped.captured),
         "bytes_per_step": 2 * state_bytes + out_bytes,
     }
 
@@ -427,20 +431,20 @@ STEP_MODE_CHECK = 8  # steps each mode plays against the eager graph from the sa
 
 
 def _step_graph(env_id: str, num_envs: int) -> tuple[Any, list[Any], int]:
-    """The kit's step graph of `env_id` (`compiled._Graph`: what a package is built from)
+    """The kit's step graph of `env_id` (`step_graph.StepGraph`: what a package is built from)
     and its inputs for `num_envs` freshly reset games: packed rows, keys and counters,
     which a step rewrites in place."""
     import gymnasium as gym
     import torch
 
     import fruit_env  # noqa: F401  (registers its games in this process)
-    from fruit_env.kit import compiled, proof
+    from fruit_env.kit import proof, step_graph
 
     env = gym.make_vec(env_id, num_envs=8, device=DEVICE, compile=False).unwrapped
     game, layout, mode = env.game, env.layout, env.autoreset_mode
     key = torch.arange(num_envs, dtype=torch.int64, device=DEVICE) * 7919 + 1
     inputs = proof.graph_inputs(game, layout, mode, key)
-    return compiled._Graph(game, layout, mode), inputs, game.num_actions
+    return step_graph.StepGraph(game, layout, mode), inputs, game.num_actions
 
 
 def _captured(step: Any, inputs: list[Any], action: Any) -> Any:

@@ -25,7 +25,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from fruit_env import FruitCatcherVectorEnv
-from fruit_env.kit import compiled, proof
+from fruit_env.kit import compiled, proof, step_graph
 
 SHORT = {"width": 8, "height": 6, "win_score": 3, "lose_score": -3, "max_episode_steps": 6}
 CPU = torch.device("cpu")
@@ -141,7 +141,7 @@ def test_the_check_passes_a_real_package_and_catches_other_games(
     assert env.compiled is True
     mode, game, layout = AutoresetMode.NEXT_STEP, env.game, env.layout
     package = compiled.package_path(game, mode, CPU)
-    graph = compiled._Graph(game, layout, mode)
+    graph = step_graph.StepGraph(game, layout, mode)
     assert proof.check(package, game, layout, mode, CPU, graph) is None
 
     class MorePoints(torch.nn.Module):

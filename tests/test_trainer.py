@@ -431,16 +431,18 @@ def test_compile_mode_on_the_cpu(
     assert math.isfinite(trainer.update()["loss"])
 
 
-def test_should_compile_on_cuda_and_on_large_cpu_minibatches() -> None:
-    """compile=None means: on CUDA yes; on the CPU from CPU_COMPILE_MIN_SAMPLES samples per
-    minibatch; True/False are obeyed."""
+def test_should_compile_on_large_cpu_minibatches_only() -> None:
+    """compile=None means: on the CPU from CPU_COMPILE_MIN_SAMPLES samples per minibatch,
+    never on CUDA (measured: the compile is not won back there); True/False are obeyed."""
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     big = accel.CPU_COMPILE_MIN_SAMPLES
     assert should_compile(None, cpu, big - 1) is False
     assert should_compile(None, cpu, big) is True
-    assert should_compile(None, cuda, 1) is True
+    assert should_compile(None, cuda, 1) is False
+    assert should_compile(None, cuda, big) is False
     assert should_compile(True, cpu, 1) is True
     assert should_compile(False, cuda, big) is False
+    assert should_compile(True, cuda, 1) is True
 
 
 def test_amp_is_off_by_default_and_modes_are_checked() -> None:

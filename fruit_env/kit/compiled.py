@@ -43,10 +43,11 @@ from typing import Any
 import torch
 from gymnasium.vector import AutoresetMode
 
-from fruit_env.kit import actions, proof, rng
-from fruit_env.kit.autoreset import STEPS, EagerStepper, Running, Transition
+from fruit_env.kit import actions, captured, proof
+from fruit_env.kit.autoreset import EagerStepper, Running, Transition
 from fruit_env.kit.game import TensorGame
 from fruit_env.kit.layout import Layout, Packed
+from fruit_env.kit.step_graph import StepGraph
 
 log = logging.getLogger("fruit_env")
 
@@ -205,7 +206,7 @@ def build(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch's own deprecations
             warnings.simplefilter("ignore", DeprecationWarning)
-            graph = _Graph(game, layout, mode)
+            graph = StepGraph(game, layout, mode)
             exported = torch.export.export(graph, example, dynamic_shapes=dynamic, strict=False)
             with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
                 partial = Path(tmp) / path.name
@@ -213,27 +214,6 @@ def build(
                 os.replace(partial, path)
     finally:
         torch.set_num_threads(threads)
-
-
-class _Graph(torch.nn.Module):
-    """The mode's step as a module for `torch.export`: the next rows and counters written
-    into the inputs, the other outputs as a flat tuple of tensors (flags as int32 rows)."""
-
-    def __init__(self, game: TensorGame[Any], layout: Layout, mode: AutoresetMode) -> None:
-        super().__init__()
-        self.game, self.layout, self.step = game, layout, STEPS[mode]
-
-    def forward(
-        self, rows: torch.Tensor, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
-    ) -> tuple[torch.Tensor, ...]:
-        running = Running(self.layout.unpack(rows[:-1]), rows[-1] != 0)
-        action = action.clamp(0, self.game.num_actions - 1).to(torch.int32)
-        t = self.step(self.game, rng.draw, running, key, counter, action)  # counter in place
-        pending = t.running.pending.to(torch.int32)[None]
-        rows.copy_(torch.cat([*self.layout.blocks(t.running.game), pending]))
-        flags = torch.stack([flag.to(torch.int32) for flag in (t.terminated, t.truncated, t.ended)])
-        out = (t.obs, t.reward, flags, *t.episode)
-        return out if t.final_obs is None else (*out, t.final_obs)
 
 
 def _machine(device: torch.device) -> tuple[object, ...]:
@@ -329,16 +309,20 @@ def stepper(
     mode: AutoresetMode,
     num_envs: int,
     device: torch.device,
-) -> EagerStepper | CompiledStepper:
+) -> EagerStepper | CompiledStepper | captured.CapturedStepper:
     """The stepper that `compile=choice` asks for: True the compiled step (built first if the
-    cache lacks it), False and "auto" the game's eager form on every device. "auto" compiled
-    on CUDA until the first GPU run (docs/performance.md, "On a GPU"): there torch 2.11's
-    package loader died with SIGSEGV on 4 of the 5 games' packages and one did not build,
-    after up to 163 s on a first `make_vec`, while the eager step played the same games (1.5G
-    Fruit Catcher steps/s at 4M envs). A package is trusted only once a child process has
-    played it against the eager step (`proof`); one that cannot be built, loaded or proven
-    gives way to the eager form (the same games), with one warning that says why."""
+    cache lacks it); "auto" on CUDA the step captured in a CUDA graph (`captured`: no
+    compiler, 8.7x the eager step's Breakout steps/s on an H200), elsewhere the eager form;
+    False the eager form. "auto" built a package on CUDA until the first GPU run
+    (docs/performance.md, "On a GPU"): there torch 2.11's package loader died with SIGSEGV on
+    4 of the 5 games' packages and one did not build, after up to 163 s on a first
+    `make_vec`. A package is trusted only once a child process has played it against the
+    eager step (`proof`), a graph once it has played the uncaptured step; one that cannot be
+    built, loaded, captured or proven gives way to the eager form (the same games), with one
+    warning that says why."""
     eager = EagerStepper(game.eager_form(num_envs, device), layout, mode)
+    if choice == "auto" and captured.wanted(device):
+        return captured.stepper(game, layout, mode, num_envs, device, eager)
     if choice is not True:
         return eager
     name = type(game).__name__
@@ -352,7 +336,7 @@ def stepper(
         return eager
     try:
         path = built(game, layout, mode, device)
-        why = proof.problem(path, game, layout, mode, device, _Graph(game, layout, mode))
+        why = proof.problem(path, game, layout, mode, device, StepGraph(game, layout, mode))
         if why is None:
             return CompiledStepper(path, game, layout, mode, device)
     except Exception as err:  # no C++ compiler, say: the eager step gives the same games

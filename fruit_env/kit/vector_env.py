@@ -26,7 +26,7 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from fruit_env.kit import actions, compiled, inputs, rng, rule_check
+from fruit_env.kit import actions, captured, compiled, inputs, rng, rule_check
 from fruit_env.kit.autoreset import Running
 from fruit_env.kit.game import TensorGame
 from fruit_env.kit.layout import Layout, Packed, packed
@@ -49,9 +49,10 @@ class TensorVectorEnv(VectorEnv):
       `True` (the default): `"immediate"` on the CPU, `"deferred"` on other devices.
       `False`: no check; out-of-range actions are clamped.
     * `compile`: `True` runs the compiled step (building it first if the cache lacks it),
-      `False` and `"auto"` (the default) the eager step, on every device (on CUDA the
-      compiled step's package crashed torch 2.11's loader: docs/performance.md).
-      `env.compiled` says which runs.
+      `False` the eager step. `"auto"` (the default) runs, on CUDA, the step captured in a
+      CUDA graph (no compiler; proven against the uncaptured step first), elsewhere the
+      eager step (on CUDA the compiled step's package crashed torch 2.11's loader:
+      docs/performance.md). `env.compiled` and `env.captured` say which runs.
     """
 
     metadata = {
@@ -106,6 +107,7 @@ class TensorVectorEnv(VectorEnv):
         inputs.check_size(game, 4 * self.layout.rows, obs_bytes, self.num_envs, self.device)
         stepper = compiled.stepper(compile, game, self.layout, mode, self.num_envs, self.device)
         self.compiled = isinstance(stepper, compiled.CompiledStepper)  # which step runs
+        self.captured = isinstance(stepper, captured.CapturedStepper)
         self._stepper = rule_check.FirstStepCheck(stepper, game, self.layout)
         self._deferred: actions.DeferredCheck | None = None  # made by the first deferred setting
         self.validate_actions = validate_actions  # type: ignore[assignment]

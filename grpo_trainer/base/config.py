@@ -182,8 +182,9 @@ class RunConfig:
     )
     compile: bool | None = _field(
         None,
-        "torch.compile the policy step and the loss; None: on CUDA, and on the CPU from "
-        "accel.CPU_COMPILE_MIN_SAMPLES samples per minibatch",
+        "torch.compile the policy step and the loss; None: on the CPU from "
+        "accel.CPU_COMPILE_MIN_SAMPLES samples per minibatch, never on a GPU (its compile "
+        "was not won back within make train's run)",
     )
     compile_mode: CompileMode = _field(
         "default", "torch.compile mode; 'reduce-overhead' adds CUDA graphs (CUDA only)"

@@ -1,0 +1,41 @@
+"""The kit's step as one function of tensors, written in place: what a compiled package is
+exported from, what its proof plays against, and what a CUDA graph captures.
+
+Its inputs are the game's packed rows with the pending row (`layout.py`), the keys, the
+counters and the actions: one int32 tensor for the state, none of them bool, the rows and
+counters rewritten in place. So a caller can hold the state in buffers of fixed address,
+which a package's boxed call and a CUDA graph's replay both need.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from gymnasium.vector import AutoresetMode
+
+from fruit_env.kit import rng
+from fruit_env.kit.autoreset import STEPS, Running
+from fruit_env.kit.game import TensorGame
+from fruit_env.kit.layout import Layout
+
+
+class StepGraph(torch.nn.Module):
+    """The mode's step as a module for `torch.export`: the next rows and counters written
+    into the inputs, the other outputs as a flat tuple of tensors (flags as int32 rows)."""
+
+    def __init__(self, game: TensorGame[Any], layout: Layout, mode: AutoresetMode) -> None:
+        super().__init__()
+        self.game, self.layout, self.step = game, layout, STEPS[mode]
+
+    def forward(
+        self, rows: torch.Tensor, key: torch.Tensor, counter: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        running = Running(self.layout.unpack(rows[:-1]), rows[-1] != 0)
+        action = action.clamp(0, self.game.num_actions - 1).to(torch.int32)
+        t = self.step(self.game, rng.draw, running, key, counter, action)  # counter in place
+        pending = t.running.pending.to(torch.int32)[None]
+        rows.copy_(torch.cat([*self.layout.blocks(t.running.game), pending]))
+        flags = torch.stack([flag.to(torch.int32) for flag in (t.terminated, t.truncated, t.ended)])
+        out = (t.obs, t.reward, flags, *t.episode)
+        return out if t.final_obs is None else (*out, t.final_obs)
