@@ -14,6 +14,7 @@ import gymnasium as gym
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import fruit_env  # noqa: F401  (registers the games)
 from fruit_env.kit import captured
@@ -102,28 +103,39 @@ def test_auto_captures_nothing_on_the_cpu() -> None:
     assert not env.captured and not env.compiled
 
 
+def pays_one_more(outputs: Outputs) -> Outputs:
+    obs, reward, *rest = outputs
+    return (obs, reward + 1, *rest)
+
+
+def rounds_up(outputs: Outputs) -> Outputs:
+    """Observations one float step up: what dividing by a reciprocal can do on CUDA."""
+    obs, *rest = outputs
+    return (torch.nextafter(obs, torch.full_like(obs, 2.0)), *rest)
+
+
+@pytest.mark.parametrize(("change", "output"), [(pays_one_more, 1), (rounds_up, 0)])
 def test_a_graph_that_plays_other_games_is_not_used(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    change: Callable[[Outputs], Outputs],
+    output: int,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A capture whose replay pays one more point per step fails its proof: the env runs the
-    eager step (the same games as compile=False), after one warning that names the output."""
+    """A capture whose replay pays one more point per step, or rounds an observation the
+    other way, fails its proof: the env runs the eager step (the same games as
+    compile=False), after one warning that names the output."""
 
-    def pays_more(step: Callable[[], Outputs]) -> Callable[[], Outputs]:
-        def replay() -> Outputs:
-            obs, reward, *rest = step()
-            reward += 1
-            return (obs, reward, *rest)
-
-        return replay
+    def changed(step: Callable[[], Outputs]) -> Callable[[], Outputs]:
+        return lambda: change(step())
 
     monkeypatch.setattr(captured, "wanted", lambda device: True)
-    monkeypatch.setattr(captured, "cuda_graph", pays_more)
+    monkeypatch.setattr(captured, "cuda_graph", changed)
     with caplog.at_level(logging.WARNING, logger="fruit_env"):
         env = make(GAMES[1], AutoresetMode.NEXT_STEP, "auto")
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warnings == [
-        "MinAtarBreakout: the step captured in a CUDA graph is not used (step 0: output 1 "
-        "differs from the uncaptured step's); running the eager step"
+        f"MinAtarBreakout: the step captured in a CUDA graph is not used (step 0: output "
+        f"{output} differs from the eager step's); running the eager step"
     ]
     assert not env.captured
     expected = play(make(GAMES[1], AutoresetMode.NEXT_STEP, False), 5)
@@ -159,3 +171,36 @@ def test_on_cuda_auto_is_a_cuda_graph_playing_the_cpus_games(env_id: str) -> Non
     expected = play(make(env_id, mode, False), 9)
     for a, b in zip(play(on_gpu, 9), expected, strict=True):
         assert torch.equal(a.cpu(), b)
+
+
+class DivisorsSeen(TorchDispatchMode):
+    """Where the divisor of every true division lives: "a number", or a tensor's device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.divisors: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        true_division = func.overloadpacket in (torch.ops.aten.div, torch.ops.aten.div_)
+        if true_division and kwargs.get("rounding_mode") is None:
+            divisor = args[1]
+            where = divisor.device.type if isinstance(divisor, torch.Tensor) else "a number"
+            self.divisors.append(where)
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("form", ["rules", "eager form"])
+def test_fruit_catchers_features_divide_by_tensors_on_the_device(form: str) -> None:
+    """CUDA divides a float tensor by a host scalar as a multiplication by the scalar's
+    reciprocal, which rounds 6 of Fruit Catcher's 15 row heights (y / 14) the other way: on
+    an H200 the captured step (the readable rules) played other observations than the CPU.
+    So the readable rules and the eager form divide by tensors on the env's device. On the
+    meta device a host scalar shows as a number or as a CPU tensor."""
+    env = gym.make_vec(GAMES[0], num_envs=4, device="meta", compile=False).unwrapped
+    with DivisorsSeen() as seen:
+        if form == "rules":
+            env.game.observe(env.game.initial(torch.zeros(4, dtype=torch.int64, device="meta")))
+        else:
+            env.reset(seed=0)  # the eager form's observation
+    assert seen.divisors and set(seen.divisors) == {"meta"}, seen.divisors

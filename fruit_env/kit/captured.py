@@ -14,8 +14,10 @@ reset) or new counters are copied into them before the replay; the actions every
 outputs are copied out of the graph's own, which the next replay overwrites. Resets and the
 observations they give run eagerly, as with a package.
 
-Trust. A graph is played `PROOF_STEPS` steps against the uncaptured step from the same
-games and actions before it is used, every output and the state compared bit for bit; a
+Trust. A graph is played `PROOF_STEPS` steps against the eager step (the step it replaces)
+from the same games and actions before it is used, every output, the state and the counters
+compared bit for bit. That also catches rules that round differently from their eager form
+on the device (CUDA divides by a host scalar as a multiplication by its reciprocal). A
 capture that fails or plays other games gives way to the eager step, with one warning.
 """
 
@@ -78,11 +80,11 @@ def stepper(
     eager: EagerStepper,
     capture: Capture | None = None,
 ) -> CapturedStepper | EagerStepper:
-    """The captured step once it has played the uncaptured step's games, else `eager`, with
+    """The captured step once it has played the eager step's games, else `eager`, with
     one warning that says why. `capture`: `cuda_graph` unless given (a test's stand-in)."""
     try:
         captured = CapturedStepper(game, layout, mode, num_envs, device, capture or cuda_graph)
-        why = captured.prove(StepGraph(game, layout, mode))
+        why = captured.prove()
         if why is None:
             return captured
     except Exception as err:  # a capture can fail in many ways; the eager step must not
@@ -125,11 +127,13 @@ class CapturedStepper:
     def _inputs(self) -> tuple[torch.Tensor, ...]:
         return self._rows, self._key, self._counter, self._action
 
-    def prove(self, graph: StepGraph) -> str | None:
-        """Play `PROOF_STEPS` steps of random actions from the same games, replayed and
-        called, and say where they first differ (None: nowhere). Leaves no state behind:
-        the next `step` copies its own in."""
-        expected = [t.clone() for t in self._start]
+    def prove(self) -> str | None:
+        """Play `PROOF_STEPS` steps of random actions from the same games, replayed and with
+        the eager step (the step this one replaces), and say where they first differ (None:
+        nowhere): every output, the state and the counters. Leaves no state behind: the
+        next `step` copies its own in."""
+        rows, key, counter = (t.clone() for t in self._start)
+        running = Running(Packed(rows[:-1].T), rows[-1] != 0)
         for buffer, start in zip((self._rows, self._key, self._counter), self._start, strict=True):
             buffer.copy_(start)
         draws = torch.Generator().manual_seed(0)
@@ -138,10 +142,16 @@ class CapturedStepper:
                 shape = self._action.shape
                 self._action.copy_(torch.randint(0, self.game.num_actions, shape, generator=draws))
                 played = (*self._replay(), self._rows, self._counter)
-                called = (*graph(*expected, self._action.clone()), expected[0], expected[2])
-                for k, (a, b) in enumerate(zip(played, called, strict=True)):
-                    if not torch.equal(a, b):
-                        return f"step {i}: output {k} differs from the uncaptured step's"
+                t = self._eager.step(running, key, counter, self._action.clone())
+                running, counter = t.running, t.counter
+                flags = torch.stack(
+                    [f.to(torch.int32) for f in (t.terminated, t.truncated, t.ended)]
+                )
+                state = torch.cat([self.layout.pack(t.running.game), t.running.pending[None]])
+                eager = (t.obs, t.reward, flags, *t.episode, *_present(t.final_obs), state, counter)
+                for k, (a, b) in enumerate(zip(played, eager, strict=True)):
+                    if a.dtype != b.dtype or not torch.equal(a, b):
+                        return f"step {i}: output {k} differs from the eager step's"
         del self._start
         self._state = None
         return None
@@ -189,6 +199,10 @@ class CapturedStepper:
 
     def observe(self, running: Running) -> torch.Tensor:
         return self._eager.observe(running)
+
+
+def _present(tensor: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    return () if tensor is None else (tensor,)
 
 
 def _on(device: torch.device) -> Any:

@@ -110,6 +110,7 @@ class Scratch:
         x_max, y_max = params.width - 1, params.height - 1
         self.divisors = torch.tensor([x_max, y_max, 1], dtype=torch.float32, device=device)
         self.divisors = self.divisors.view(3, 1, 1)
+        self.x_max = self.divisors[0, 0, 0]  # a tensor: CUDA multiplies by a number's reciprocal
         # `pixels`: flat cell indices.
         self.cells = torch.arange(params.basket_width, dtype=torch.int64, device=device)
         self.left = i64(n)
@@ -217,7 +218,7 @@ def features(params: FruitParams, rows: Rows, scratch: Scratch) -> torch.Tensor:
     the rules' on the int32 rows (bit for bit), then transposed into the observation in one copy.
     """
     centre = torch.add(rows.basket, (params.basket_width - 1) / 2, out=scratch.centre)
-    centre.div_(params.width - 1)
+    centre.div_(scratch.x_max)
     torch.div(rows.fruit, scratch.divisors, out=scratch.fruit_features)
     columns = scratch.features
     obs = torch.empty(columns.shape[::-1], dtype=torch.float32, device=columns.device)

@@ -155,9 +155,13 @@ class FruitCatcher(TensorGame[Board]):
         """float32 `(N, 1 + 3*max_fruits)`: basket centre, then (x, y, active) per slot, in
         [0, 1]. The basket centre and fruit columns share one scale, so "fruit above basket"
         is equality. Divisions (not multiplications by a reciprocal) keep results
-        bit-identical to numpy's."""
+        bit-identical to numpy's, and the divisors are tensors on the state's device: CUDA
+        divides by a host scalar as a multiplication by its reciprocal."""
         p = self.params
-        x_max, y_max = p.width - 1, p.height - 1
+        device = state.basket.device
+        x_max, y_max = (
+            torch.full((), float(d), device=device) for d in (p.width - 1, p.height - 1)
+        )
         columns = [(state.basket.to(torch.float32) + (p.basket_width - 1) / 2) / x_max]
         for x, y, active in zip(state.fruit_x, state.fruit_y, state.active, strict=True):
             columns += [x / x_max, y / y_max, active.to(torch.float32)]
