@@ -12,6 +12,8 @@
     python benchmarks/suite.py cartpole --budget 4096 --seeds 0 --peers grpo  # smoke
     python benchmarks/suite.py breakout freeway asterix space_invaders --wallclock \
         --name wallclock                                         # GRPO on PPO's seconds
+    python benchmarks/suite.py breakout --wallclock --device cuda --budget 10000000 \
+        --seeds 0 --name wallclock_gpu                           # the same on one GPU
     python benchmarks/suite.py --table                           # markdown for docs/trainer.md
 
 Rows. Every task (`TASKS`: GRPO's env, budget, threshold, each peer's env: `Task.env_for`)
@@ -571,6 +573,7 @@ class Study:
             "seed": seed,
             "repeat": repeat,
             "cpu": cpu,
+            "device": args.device,
             "budget": self.budgets[name],
             "flags": list(row.flags),
             "tree_path": self.against["path"] if row.against and self.against else None,
@@ -748,6 +751,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=["user", "cold"],
         default="user",
         help="cold: every GRPO run compiles JAX anew",
+    )
+    parser.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="where GRPO and the JAX peer train (cuda: side by side on the one GPU; SB3 "
+        "stays on the CPU); every run still gets one CPU",
     )
     parser.add_argument("--jobs", type=int, default=1, help="lanes run at once, one CPU each")
     parser.add_argument("--cpu", type=int, nargs="+", help="the lanes' CPUs (default: the first)")

@@ -39,8 +39,9 @@ from suite_tasks import (
 XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
-def pin_worker(cpu: int) -> None:
-    """One CPU, one thread: called before torch or JAX are imported."""
+def pin_worker(cpu: int, device: str = "cpu") -> None:
+    """One CPU, one thread, and JAX on the study's device (on a GPU machine it would take the
+    GPU unasked): called before torch or JAX are imported."""
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {cpu})
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -48,6 +49,9 @@ def pin_worker(cpu: int) -> None:
     flags = os.environ.get("XLA_FLAGS", "")
     if XLA_ONE_THREAD not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} {XLA_ONE_THREAD}".strip()
+    os.environ["JAX_PLATFORMS"] = device
+    if device == "cuda":  # JAX takes the memory it uses, not 75% of the GPU at start
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 def _first_module(*names: str) -> Any:
@@ -162,7 +166,7 @@ def run_grpo(task: Task, job: dict[str, Any]) -> dict[str, Any]:
     callbacks = _first_module("grpo_trainer.run.callbacks", "grpo_trainer.callbacks")
     trainer_module = _first_module("grpo_trainer.run.trainer", "grpo_trainer.trainer")
     accel = _first_module("grpo_trainer.base.accel", "grpo_trainer.accel")
-    argv = grpo_argv(task, job["budget"], job["seed"], job["flags"])
+    argv = grpo_argv(task, job["budget"], job["seed"], job["flags"], job.get("device", "cpu"))
     config = cli.config_from_args(cli.build_parser().parse_args(argv))
     device = accel.resolve_device(config.run.device)
     torch.set_float32_matmul_precision("high")  # as the train command sets it
@@ -407,7 +411,8 @@ RUNNERS = {"grpo": run_grpo, "ppo_jax": run_ppo_jax, "sb3": run_sb3}
 
 def worker(job: dict[str, Any]) -> int:
     """One run in this fresh process: pin, train, write the record to `job["out"]`."""
-    pin_worker(job["cpu"])
+    device = job.get("device", "cpu")
+    pin_worker(job["cpu"], device)
     import torch
 
     torch.set_num_threads(1)
@@ -421,6 +426,7 @@ def worker(job: dict[str, Any]) -> int:
         cpu=job["cpu"],
         cpus_allowed=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         torch_threads=torch.get_num_threads(),
+        device=device,  # the study's machine, GPU included, is in its JSON (`machine`)
     )
     Path(job["out"]).write_text(json.dumps(record))
     return 0

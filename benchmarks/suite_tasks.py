@@ -22,8 +22,9 @@ MAX_EVAL_ENVS = 1024  # sub-envs of an eval env; more episodes are played in rou
 BREAKOUT_PEER_RETURN = 25.19
 FREEWAY_PEER_RETURN = 22.56
 FALLBACK_SOURCE = f"constant: {PEER}'s median final greedy return at 1M steps, 2026-11-25"
-# Where the run goes, not what it learns: every GRPO row's flags start with these.
-RUN_FLAGS = ("--device", "cpu", "--no-progress", "--eval-every", "0")
+# Where the run goes, not what it learns: every GRPO row's flags start with `--device`
+# (the study's, "cpu" by default) and these.
+RUN_FLAGS = ("--no-progress", "--eval-every", "0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,11 +174,17 @@ def eval_marks(budget: int, every: int | None = None) -> list[int]:
     return [max(1, round(budget * k / EVAL_POINTS)) for k in range(1, EVAL_POINTS + 1)]
 
 
-def grpo_argv(task: Task, budget: int, seed: int, flags: tuple[str, ...] | list[str]) -> list[str]:
-    """The train command a GRPO row runs: the task's env, budget and seed, then the row's
-    flags (which may override any of them)."""
+def grpo_argv(
+    task: Task,
+    budget: int,
+    seed: int,
+    flags: tuple[str, ...] | list[str],
+    device: str = "cpu",
+) -> list[str]:
+    """The train command a GRPO row runs: the task's env, budget, seed and the study's
+    device, then the row's flags (which may override any of them)."""
     head = ["train", "--env", task.env, "--total-env-steps", str(budget), "--seed", str(seed)]
-    return [*head, *RUN_FLAGS, *flags]
+    return [*head, "--device", device, *RUN_FLAGS, *flags]
 
 
 def missing_env(env_id: str) -> str | None:

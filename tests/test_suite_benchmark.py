@@ -190,6 +190,35 @@ def test_grpo_argv_is_the_train_command_with_the_rows_flags_last(suite: Any) -> 
     config = config_from_args(build_parser().parse_args(argv))
     assert config.run.seed == 9 and config.total_env_steps == 300_000
     assert config.run.device == "cpu" and not config.run.progress and config.run.eval_every == 0
+    on_gpu = sys.modules["suite_tasks"].grpo_argv(suite.TASKS["acrobot"], 300_000, 4, [], "cuda")
+    assert config_from_args(build_parser().parse_args(on_gpu)).run.device == "cuda"
+
+
+def test_a_study_on_cuda_puts_grpo_and_jax_there_and_keeps_one_cpu(
+    suite: Any, runs_module: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--device cuda` reaches every job; a worker keeps its one CPU, and JAX goes where
+    the study says (on a GPU machine it would take the GPU unasked, on the CPU study too)."""
+    args = suite.parse_args(["breakout", "--device", "cuda", "--results", str(tmp_path)])
+    row = suite.study_rows(args)[0]
+    study = suite.Study(args, tmp_path, {"breakout": 1000}, None)
+    assert study.job("breakout", row, seed=0, repeat=0, cpu=0)["device"] == "cuda"
+    assert suite.parse_args(["breakout"]).device == "cpu"
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    for name in ("JAX_PLATFORMS", "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_FLAGS"):
+        monkeypatch.delenv(name, raising=False)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        monkeypatch.setenv(var, os.environ.get(var, "1"))
+    allowed = os.sched_getaffinity(0)
+    try:
+        runs_module.pin_worker(cpu, "cuda")
+        assert os.environ["JAX_PLATFORMS"] == "cuda"
+        assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+        assert os.sched_getaffinity(0) == {cpu}
+        runs_module.pin_worker(cpu)
+        assert os.environ["JAX_PLATFORMS"] == "cpu"
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 # ---------------------------------------------------------------- summaries and tables
