@@ -187,7 +187,7 @@ def test_gaussian_log_prob_and_entropy_match_torch() -> None:
     params = torch.randn(BATCH, head.param_dim, generator=g)
     action = torch.randn(BATCH, *BOX.shape, generator=g) * 2
     logp, entropy = head.log_prob_entropy(params, action)
-    dist = Normal(head.mean(params), head.log_std.exp())
+    dist = Normal(params, head.log_std.exp())
     torch.testing.assert_close(logp, dist.log_prob(action.flatten(1)).sum(-1))
     torch.testing.assert_close(entropy, dist.entropy().sum(-1))
 
@@ -201,11 +201,9 @@ def test_gaussian_sample_logp_is_exact_and_env_gets_clipped_actions() -> None:
     action, logp = head.sample(params, noise)
     assert action.shape == (BATCH, *BOX.shape)
     torch.testing.assert_close(
-        action.flatten(1), head.mean(params) + head.log_std.exp() * noise, rtol=1e-6, atol=1e-6
+        action.flatten(1), params + head.log_std.exp() * noise, rtol=1e-6, atol=1e-6
     )
     torch.testing.assert_close(logp, head.log_prob_entropy(params, action)[0])
-    normal = Normal(head.mean(params), head.log_std.exp())
-    torch.testing.assert_close(logp, normal.log_prob(action.flatten(1)).sum(-1))
     low, high = torch.as_tensor(BOX.low), torch.as_tensor(BOX.high)
     outside = (action < low) | (action > high)
     assert bool(outside.any())  # the clipping below is exercised
@@ -218,127 +216,7 @@ def test_gaussian_greedy_is_the_mean() -> None:
     """greedy returns the mean, shaped like the action space."""
     head = _gaussian_head()
     params = torch.randn(4, head.param_dim, generator=_gen(7))
-    assert torch.equal(head.greedy(params), head.mean(params).unflatten(-1, BOX.shape))
-
-
-def _flat_bounds(space: gym.spaces.Box) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.as_tensor(space.low).flatten(), torch.as_tensor(space.high).flatten()
-
-
-def test_gaussian_mean_stays_inside_finite_bounds_for_any_raw_output() -> None:
-    """However large the network's output, the mean is inside [low, high], also for bounds
-    whose centre and half-range round in float32 (where the clamp takes back an ulp)."""
-    head = _gaussian_head()
-    g = _gen(10)
-    huge = [1e3, 1e6, 1e30, 3e38, math.inf]
-    raw = torch.cat(
-        [torch.randn(BATCH, head.param_dim, generator=g) * s for s in (1.0, 10.0, 1e4)]
-        + [torch.full((1, head.param_dim), sign * x) for x in huge for sign in (1, -1)]
-    )
-    low, high = _flat_bounds(BOX)
-    mean = head.mean(raw)
-    assert bool(torch.isfinite(mean).all())
-    assert bool(((mean >= low) & (mean <= high)).all())
-    assert torch.equal(mean[-2], high) and torch.equal(mean[-1], low)  # +-inf: the bounds
-    assert all(BOX.contains(a) for a in head.greedy(raw).numpy())
-
-    rng = np.random.default_rng(0)
-    lows = rng.uniform(-10, 10, (64, 4)).astype(np.float32)
-    highs = (lows + rng.uniform(0.01, 5, (64, 4))).astype(np.float32)
-    saturating = torch.tensor([[1e30] * 4, [-1e30] * 4, [20.0] * 4, [-20.0] * 4])
-    for lo, hi in zip(lows, highs, strict=True):
-        space = gym.spaces.Box(lo, hi)
-        m = make_head(space).mean(saturating)
-        assert all(space.contains(a) for a in m.numpy()), (lo, hi, m)
-
-
-def test_gaussian_mean_has_unit_slope_at_the_centre() -> None:
-    """mean = centre + half * tanh(raw / half): near the centre it is centre + raw, the head
-    as it was before the squash, at the same scale for every half-range."""
-    head = _gaussian_head()
-    low, high = _flat_bounds(BOX)
-    center = (low + high) / 2
-    raw = torch.linspace(-1e-3, 1e-3, 7).unsqueeze(1).expand(7, head.param_dim)
-    torch.testing.assert_close(head.mean(raw), center + raw, rtol=0, atol=1e-6)
-
-
-def test_gaussian_gradient_is_finite_and_nonzero_near_the_bounds() -> None:
-    """At a raw output that puts the mean at 99% of the way to either bound, the log-prob's
-    gradient through the mean is finite and nonzero, and equals the chain rule's:
-    d logp / d raw = (action - mean) / std^2 * (1 - tanh^2). Saturated outputs stay finite."""
-    head = _gaussian_head()
-    low, high = _flat_bounds(BOX)
-    half = (high - low) / 2
-    for side in (1.0, -1.0):
-        raw = (half * math.atanh(0.99) * side).unsqueeze(0).requires_grad_(True)
-        mean = head.mean(raw)
-        inside = (low + high) / 2 + side * 0.99 * half
-        torch.testing.assert_close(mean.detach(), inside.unsqueeze(0))
-        action = ((low + high) / 2).reshape(1, *BOX.shape)  # the centre: pulls the mean in
-        logp, _ = head.log_prob_entropy(raw, action)
-        (grad,) = torch.autograd.grad(logp.sum(), raw)
-        assert bool(torch.isfinite(grad).all()) and bool((grad != 0).all())
-        std2 = head.log_std.detach().exp() ** 2
-        expected = (action.flatten(1) - mean.detach()) / std2 * (1 - 0.99**2)
-        torch.testing.assert_close(grad, expected, rtol=1e-3, atol=0)
-        assert bool((grad * side < 0).all())  # towards the centre
-    saturated = torch.tensor([[1e30, -1e30, math.inf, -math.inf, 1e6, -1e6]], requires_grad=True)
-    logp, _ = head.log_prob_entropy(saturated, torch.zeros(1, *BOX.shape))
-    (grad,) = torch.autograd.grad(logp.sum(), saturated)
-    assert bool(torch.isfinite(grad).all())
-
-
-MIXED = gym.spaces.Box(
-    low=np.array([-np.inf, -1.0, 0.0, -np.inf, 3.0], dtype=np.float32),
-    high=np.array([np.inf, 1.0, np.inf, 5.0, 3.0], dtype=np.float32),
-)
-
-
-def test_gaussian_unbounded_dims_keep_the_raw_mean() -> None:
-    """A dim with an infinite bound (either side) keeps the raw output as its mean, bit for
-    bit, with its gradient; the bounded dims are squashed; low == high pins the mean."""
-    head = make_head(MIXED)
-    assert isinstance(head, GaussianHead)
-    raw = (torch.randn(BATCH, 5, generator=_gen(11)) * 1e3).requires_grad_(True)
-    mean = head.mean(raw)
-    free = torch.tensor([True, False, True, True, False])
-    assert torch.equal(mean[:, free], raw[:, free])
-    assert bool((mean[:, 1].abs() <= 1).all()) and bool((mean[:, 4] == 3.0).all())
-    (grad,) = torch.autograd.grad(mean.sum(), raw)
-    assert bool(torch.isfinite(grad).all())
-    assert bool((grad[:, free] == 1).all()) and bool((grad[:, 4] == 0).all())
-
-    unbounded = make_head(gym.spaces.Box(-np.inf, np.inf, (2, 3), np.float32))
-    assert isinstance(unbounded, GaussianHead)
-    params = torch.randn(BATCH, 6, generator=_gen(12)) * 1e4
-    assert torch.equal(unbounded.mean(params), params)
-    noise = unbounded.noise(BATCH, _gen(13), torch.device("cpu"))
-    action, _ = unbounded.sample(params, noise)
-    assert torch.equal(action.flatten(1), params + unbounded.log_std.exp() * noise)
-
-
-def test_gaussian_bound_mean_off_is_the_raw_mean() -> None:
-    """bound_mean = False gives the head as it was before the squash: the raw output."""
-    head = _gaussian_head()
-    params = torch.randn(BATCH, head.param_dim, generator=_gen(14)) * 10
-    assert not torch.equal(head.mean(params), params)
-    head.bound_mean = False
-    assert torch.equal(head.mean(params), params)
     assert torch.equal(head.greedy(params), params.unflatten(-1, BOX.shape))
-
-
-def test_gaussian_samples_are_normal_around_the_squashed_mean() -> None:
-    """Sampling and log_prob describe one distribution: samples' moments are the squashed
-    mean's and exp(log_std), and the sampled logp is Normal's for the sampled action."""
-    head = _gaussian_head()
-    n = 20_000
-    params = torch.full((n, head.param_dim), 5.0)  # saturating: the mean near the upper bounds
-    action, logp = head.sample(params, head.noise(n, _gen(15), torch.device("cpu")))
-    flat = action.flatten(1)
-    mean, std = head.mean(params[:1])[0], head.log_std.detach().exp()
-    torch.testing.assert_close(flat.mean(0), mean, rtol=0, atol=4 * float(std.max()) / n**0.5)
-    torch.testing.assert_close(flat.std(0), std, rtol=0.03, atol=0)
-    torch.testing.assert_close(logp, Normal(mean, std).log_prob(flat).sum(-1))
 
 
 # -- Policy ------------------------------------------------------------------------------------

@@ -110,11 +110,6 @@ def fingerprint(case: dict[str, Any]) -> dict[str, Any]:
         # changes the sums' rounding only (tests/test_flat_rows.py): the reference trained
         # every row, and so does this tree here. An older tree ignores the attribute.
         trainer.drop_flat_rows = False
-        # The Gaussian head's mean has been squashed into the action bounds since (the
-        # GaussianHead docstring); its raw mean, as the reference has it, is restored here so
-        # that Pendulum's case still checks the rest of its training bit for bit. Other heads
-        # and an older tree ignore the attribute.
-        trainer.policy.head.bound_mean = False
         rows = [trainer.update() for _ in range(UPDATES)]
     measured = {"rollout_s", "update_s", "steps_per_s", "train_s"}  # and mem_*: the machine's
     rows = [

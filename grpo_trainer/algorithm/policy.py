@@ -128,39 +128,10 @@ class MultiCategoricalHead(ActionHead):
         return action.long() + self.start
 
 
-def _mean_bounds(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Which flat dims have both bounds finite, and their centre, half-range and divisor.
-    Other dims get 0, 1 and 1 (finite: torch.where's unused side has no NaN to leak into a
-    gradient); low == high gets a divisor of 1 (its mean is the centre: tanh times 0)."""
-    low = np.asarray(low, np.float64).reshape(-1)
-    high = np.asarray(high, np.float64).reshape(-1)
-    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, float64's extremes
-        center, half = (high + low) / 2, (high - low) / 2
-    bounded = np.isfinite(half) & (np.abs(half) <= np.finfo(np.float32).max)
-    terms = {
-        "center": np.where(bounded, center, 0.0),
-        "half_range": np.where(bounded, half, 1.0),
-        "divisor": np.where(bounded & (half != 0), half, 1.0),
-    }
-    return bounded, terms
-
-
 class GaussianHead(ActionHead):
     """`Box` actions: diagonal Gaussian with a learned, state-independent log-std.
 
     Unclipped samples are stored (their log-prob is exact); the env gets them clipped.
-
-    On dims with both bounds finite the mean is `center + half_range * tanh(raw / half_range)`
-    (elsewhere the raw output). Why: the env clips, so past a bound every sample is the same
-    action, nothing in the returns pulls the mean back, and it drifted (Pendulum's to ~2,000)
-    until updates went non-finite. Clamping it instead cut the gradient at the bound, where
-    the best action often lies (Pendulum seed 0: -1185 against -135); the tanh keeps the mean
-    inside with a gradient that fades towards the bound instead of ending at it. Only the
-    mean is squashed: a sample is still Gaussian around it, so its log-prob needs no Jacobian
-    and stays exact. Dividing by half_range gives slope 1 at the centre, as the raw head had,
-    so the same init and learning rate move the mean as much there, whatever the range.
-    `bound_mean = False` gives the raw mean back: checkpoints saved before this, and the
-    bit-identical test's reference revision.
     """
 
     def __init__(self, space: gym.spaces.Box) -> None:
@@ -172,24 +143,6 @@ class GaussianHead(ActionHead):
         for name, bound in (("low", space.low), ("high", space.high)):
             tensor = torch.as_tensor(bound, dtype=torch.float32)
             self.register_buffer(name, tensor, persistent=False)
-        bounded, terms = _mean_bounds(space.low, space.high)
-        self.bound_mean = True
-        self.any_bounded, self.all_bounded = bool(bounded.any()), bool(bounded.all())
-        self.register_buffer("bounded", torch.as_tensor(bounded), persistent=False)
-        for name, values in terms.items():
-            tensor = torch.as_tensor(values, dtype=torch.float32)
-            self.register_buffer(name, tensor, persistent=False)
-
-    def mean(self, params: Tensor) -> Tensor:
-        """The Gaussian's mean from the network's output (flat, float32)."""
-        raw = params.float()
-        if not (self.bound_mean and self.any_bounded):
-            return raw
-        squashed = self.center + self.half_range * _SigmoidTanh.apply(raw / self.divisor)
-        # float32 rounding can put centre + half_range * tanh an ulp past a bound (e.g. bounds
-        # -0.3 and 0.7); the clamp takes back only that ulp.
-        squashed = torch.minimum(torch.maximum(squashed, self.low.flatten()), self.high.flatten())
-        return squashed if self.all_bounded else torch.where(self.bounded, squashed, raw)
 
     def noise(self, batch: int, generator: Generator | None, device: torch.device) -> Tensor:
         return torch.randn((batch, self.param_dim), generator=generator, device=device)
@@ -199,16 +152,15 @@ class GaussianHead(ActionHead):
         return (-0.5 * z**2 - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
     def sample(self, params: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
-        mean = self.mean(params)
+        mean = params.float()
         flat = mean + torch.exp(self.log_std) * noise
         return flat.unflatten(-1, self.action_shape), self._logp(mean, flat)
 
     def greedy(self, params: Tensor) -> Tensor:
-        return self.mean(params).unflatten(-1, self.action_shape)
+        return params.float().unflatten(-1, self.action_shape)
 
     def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
-        flat = action.float().flatten(-len(self.action_shape))
-        logp = self._logp(self.mean(params), flat)
+        logp = self._logp(params.float(), action.float().flatten(-len(self.action_shape)))
         entropy = (self.log_std + 0.5 * math.log(2 * math.pi * math.e)).sum().expand_as(logp)
         return logp, entropy
 
