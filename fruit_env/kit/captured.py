@@ -4,8 +4,8 @@ Why. On a GPU the eager step is hundreds of small kernels, so a step costs their
 not their work. On an H200 (docs/performance.md, "On a GPU"), Breakout played 2.1M env
 steps/s eagerly at 4,096 sub-envs and 18.4M/s from a CUDA graph of the same step, faster
 than gymnax's `jit(vmap(step))` (12.1M/s); at 262,144 sub-envs 128M against 458M (gymnax
-298M). It needs no compiler: the capture takes milliseconds, where `torch.compile` of the
-same step took 5-17 s in every process. So it is what `compile="auto"` runs on CUDA.
+298M). It needs no compiler, where `torch.compile` of the same step took 5-17 s in every
+process. So it is what `compile="auto"` runs on CUDA.
 
 How. The graph replays `StepGraph` (the readable rules, the function a package is exported
 from) on buffers of fixed address: the packed rows with the pending row, the keys, the
