@@ -446,31 +446,16 @@ def _step_graph(env_id: str, num_envs: int) -> tuple[Any, list[Any], int]:
     return step_graph.StepGraph(game, layout, mode), inputs, game.num_actions
 
 
-def _captured(step: Any, inputs: list[Any], action: Any) -> Any:
-    """`step(*inputs, action)` captured in a CUDA graph (warmed up on a side stream first, as
-    torch's docs ask): one launch replays the whole step on the same buffers."""
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step(*inputs, action)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outputs = step(*inputs, action)
-    return lambda: (graph.replay(), outputs)[1]
-
-
 def _play_and_time(
     step: Any, capture: bool, start: list[Any], actions: Any
 ) -> tuple[list[Any], float]:
     """Every output and the state after each of `STEP_MODE_CHECK` steps from a copy of
-    `start`, then env steps per second (`_rate`), of `step` called or captured."""
+    `start`, then env steps per second (`_rate`), of `step` called or captured (by the
+    kit's `cuda_graph`, what compile="auto" runs on CUDA)."""
+    from fruit_env.kit.captured import cuda_graph
 
     inputs, action = [t.clone() for t in start], actions[0].clone()
-    call = _captured(step, inputs, action) if capture else lambda: step(*inputs, action)
+    call = cuda_graph(lambda: step(*inputs, action)) if capture else lambda: step(*inputs, action)
     for t, s in zip(inputs, start, strict=True):  # a capture's warm-up moved the state on
         t.copy_(s)
     played = []
