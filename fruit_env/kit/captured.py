@@ -31,11 +31,11 @@ from typing import Any
 import torch
 from gymnasium.vector import AutoresetMode
 
-from fruit_env.kit import actions, proof, rng
+from fruit_env.kit import proof, rng
 from fruit_env.kit.autoreset import EagerStepper, Running, Transition
 from fruit_env.kit.game import TensorGame
 from fruit_env.kit.layout import Layout, Packed
-from fruit_env.kit.step_graph import StepGraph
+from fruit_env.kit.step_graph import GraphStepper, StepGraph
 
 log = logging.getLogger("fruit_env")
 
@@ -97,7 +97,7 @@ def stepper(
     return eager
 
 
-class CapturedStepper:
+class CapturedStepper(GraphStepper):
     """A graph of the mode's step, stepping a `Running` state like `EagerStepper` does."""
 
     def __init__(
@@ -187,18 +187,6 @@ class CapturedStepper:
             episode,
             final_obs,
         )
-
-    def reset(
-        self, running: Running, key: torch.Tensor, counter: torch.Tensor, mask: torch.Tensor
-    ) -> tuple[Running, torch.Tensor]:
-        return self._eager.reset(running, key, counter, mask)
-
-    def unchecked(self, num_actions: int) -> actions.ActionCheck:
-        """The action check of `validate_actions=False`: none (the graph clamps)."""
-        return actions.NoCheck()
-
-    def observe(self, running: Running) -> torch.Tensor:
-        return self._eager.observe(running)
 
 
 def _present(tensor: torch.Tensor | None) -> tuple[torch.Tensor, ...]:

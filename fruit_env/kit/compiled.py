@@ -43,11 +43,11 @@ from typing import Any
 import torch
 from gymnasium.vector import AutoresetMode
 
-from fruit_env.kit import actions, captured, proof
+from fruit_env.kit import captured, proof
 from fruit_env.kit.autoreset import EagerStepper, Running, Transition
 from fruit_env.kit.game import TensorGame
 from fruit_env.kit.layout import Layout, Packed
-from fruit_env.kit.step_graph import StepGraph
+from fruit_env.kit.step_graph import GraphStepper, StepGraph
 
 log = logging.getLogger("fruit_env")
 
@@ -91,7 +91,7 @@ def package_path(game: TensorGame[Any], mode: AutoresetMode, device: torch.devic
     return cache_dir() / f"{name}.pt2"
 
 
-class CompiledStepper:
+class CompiledStepper(GraphStepper):
     """The package of one game and mode, stepping a `Running` state like `EagerStepper`.
 
     It keeps the state in one int32 buffer of the game's packed rows and the pending row,
@@ -138,18 +138,6 @@ class CompiledStepper:
         return Transition(
             running, counter, out[0], out[1], terminated, truncated, ended, episode, final_obs
         )
-
-    def reset(
-        self, running: Running, key: torch.Tensor, counter: torch.Tensor, mask: torch.Tensor
-    ) -> tuple[Running, torch.Tensor]:
-        return self._eager.reset(running, key, counter, mask)
-
-    def unchecked(self, num_actions: int) -> actions.ActionCheck:
-        """The action check of `validate_actions=False`: none (the graph clamps)."""
-        return actions.NoCheck()
-
-    def observe(self, running: Running) -> torch.Tensor:
-        return self._eager.observe(running)
 
     def _own(self, running: Running) -> torch.Tensor:
         """The buffer that holds `running` (a new one unless the package wrote it)."""

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from gymnasium.vector import AutoresetMode
 
-from fruit_env.kit import rng
-from fruit_env.kit.autoreset import STEPS, Running
+from fruit_env.kit import actions, rng
+from fruit_env.kit.autoreset import STEPS, EagerStepper, Running
 from fruit_env.kit.game import TensorGame
 from fruit_env.kit.layout import Layout
 
@@ -39,3 +39,23 @@ class StepGraph(torch.nn.Module):
         flags = torch.stack([flag.to(torch.int32) for flag in (t.terminated, t.truncated, t.ended)])
         out = (t.obs, t.reward, flags, *t.episode)
         return out if t.final_obs is None else (*out, t.final_obs)
+
+
+class GraphStepper:
+    """What a stepper that runs the step graph (a package's, or one captured in a CUDA
+    graph) shares: resets, and the observations they give, run eagerly on the game's eager
+    form (`_eager`); the graph clamps actions, so `validate_actions=False` checks none."""
+
+    _eager: EagerStepper
+
+    def reset(
+        self, running: Running, key: torch.Tensor, counter: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[Running, torch.Tensor]:
+        return self._eager.reset(running, key, counter, mask)
+
+    def unchecked(self, num_actions: int) -> actions.ActionCheck:
+        """The action check of `validate_actions=False`: none (the graph clamps)."""
+        return actions.NoCheck()
+
+    def observe(self, running: Running) -> torch.Tensor:
+        return self._eager.observe(running)
