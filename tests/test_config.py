@@ -46,6 +46,8 @@ BAD_GRPO_FIELDS: list[tuple[str, Any]] = [
     ("clip_high", 0.0),
     ("kl_coef", -0.1),
     ("entropy_coef", -0.1),
+    ("mean_bound_coef", -0.1),
+    ("mean_bound_coef", math.inf),
     ("max_grad_norm", 0.0),
     ("lr", 0.0),
     ("lr", "abc"),

@@ -83,3 +83,29 @@ def test_off_the_cpu_every_row_is_kept() -> None:
     """On a GPU finding the rows would read a count on the host: there the shapes stay fixed
     (the meta device stands in for it)."""
     assert _trainer("meta").drop_flat_rows is False
+
+
+def test_rows_of_weight_0_stay_where_the_bound_penalty_is_on() -> None:
+    """The bound penalty counts on every valid row (its weight is `valid`): where it is on,
+    a valid row of weight 0 stays in the passes; an invalid one, and every row of weight 0
+    where it is off, are left out. Non-finite rows stay either way."""
+    from grpo_trainer.algorithm.optimizer_step import Samples
+
+    weights = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    valid = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    advantages = torch.tensor([0.5, 0.0, 0.0, float("nan")])
+    part = Samples(torch.zeros(4, 3), torch.zeros(4), torch.zeros(4), advantages, weights, valid)
+    assert part.rows_to_train(penalised=False).tolist() == [True, False, False, True]
+    assert part.rows_to_train(penalised=True).tolist() == [True, True, False, True]
+
+
+def test_a_bounded_gaussian_head_keeps_its_valid_rows_and_a_discrete_one_does_not() -> None:
+    import gymnasium as gym
+
+    envs = gym.make_vec("Pendulum-v1", num_envs=8, vectorization_mode="sync")
+    run = RunConfig(progress=False, device="cpu", compile=False)
+    for coef, penalised in ((1.0, True), (0.0, False)):
+        cfg = GRPOConfig(num_groups=2, group_size=4, window=4, mean_bound_coef=coef, run=run)
+        assert GRPOTrainer(envs, cfg).penalised is penalised
+    envs.close()
+    assert _trainer().penalised is False  # FruitCatcher's actions are discrete

@@ -60,6 +60,9 @@ def _loss(
     kl_coef: float = 0.0,
     entropy_coef: float = 0.0,
     logp: torch.Tensor | None = None,
+    bound_penalty: torch.Tensor | None = None,
+    valid: torch.Tensor | None = None,
+    bound_coef: float = 0.0,
 ) -> tuple[LossTerms, torch.Tensor]:
     old_logp = torch.full_like(ratios, -1.0)
     if logp is None:
@@ -76,6 +79,9 @@ def _loss(
         clip_high=CLIP_HIGH,
         kl_coef=kl_coef,
         entropy_coef=entropy_coef,
+        bound_penalty=torch.zeros_like(ratios) if bound_penalty is None else bound_penalty,
+        valid=torch.ones_like(ratios) if valid is None else valid,
+        bound_coef=bound_coef,
     )
     return out, logp
 
@@ -177,6 +183,23 @@ def test_invalid_samples_do_not_count() -> None:
         assert getattr(other, name).item() == pytest.approx(getattr(base, name).item()), name
     # Without sample 2 (0.5 * 1): -(1.28 - 1.5 - 0.8 + 2) / 4 = -0.98 / 4 = -0.245.
     assert base.policy_loss.item() == pytest.approx(-0.245, abs=1e-6)
+
+
+def test_the_bound_penalty_counts_every_valid_sample_whatever_its_weight() -> None:
+    """loss += bound_coef * Σ valid·penalty / normaliser: samples of weight 0 (group steps
+    without spread, where a mean drifts past a bound) count, invalid ones do not."""
+    weights = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0])
+    valid = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0])  # sample 4 does not count
+    penalty = torch.tensor([0.0, 0.5, 2.0, 0.0, 1e6])
+    base, _ = _loss(weights=weights, valid=valid, normaliser=4.0)
+    out, _ = _loss(
+        weights=weights, valid=valid, normaliser=4.0, bound_penalty=penalty, bound_coef=0.5
+    )
+    # (0.5 + 2.0) / 4 = 0.625, in the loss times 0.5: 0.3125; the other terms unchanged.
+    assert out.mean_bound.item() == pytest.approx(0.625)
+    assert base.mean_bound.item() == 0.0
+    assert out.loss.item() == pytest.approx(base.loss.item() + 0.3125, abs=1e-6)
+    assert out.policy_loss.item() == base.policy_loss.item()
 
 
 def test_normaliser_weighs_every_valid_step_equally_across_minibatches() -> None:

@@ -219,6 +219,65 @@ def test_gaussian_greedy_is_the_mean() -> None:
     assert torch.equal(head.greedy(params), params.unflatten(-1, BOX.shape))
 
 
+def test_gaussian_bound_penalty_is_zero_inside_and_quadratic_outside() -> None:
+    """relu(|mean - centre| / half_range - 1)^2, averaged over the bounded dims: 0 inside
+    and on the bounds, 1/4 per dim at one half-range past a bound, 4 times that at two."""
+    head = make_head(gym.spaces.Box(-2.0, 2.0, (2,), np.float32))  # centre 0, half-range 2
+    assert head.bounded
+    inside = torch.tensor([[0.0, 0.0], [1.9, -2.0], [2.0, 2.0], [-2.0, 0.5]])
+    assert torch.equal(head.bound_penalty(inside), torch.zeros(4))
+    past = torch.tensor([[4.0, 0.0], [6.0, 0.0], [0.0, -6.0], [6.0, -6.0]])
+    # 2 past the bound: (4 / 2 - 1)^2 = 1 on one dim of 2 -> 0.5; 4 past: (6 / 2 - 1)^2 = 4.
+    torch.testing.assert_close(head.bound_penalty(past), torch.tensor([0.5, 2.0, 2.0, 4.0]))
+    # Off-centre bounds: BOX's dims, e.g. [0, 4] (centre 2, half-range 2) and [0, 1].
+    box = _gaussian_head()
+    params = torch.zeros(1, box.param_dim)
+    params[0, 5] = 8.0  # dim [0, 4]: (|8 - 2| / 2 - 1)^2 = 4
+    params[0, 1] = -0.5  # dim [0, 1]: (|-0.5 - 0.5| / 0.5 - 1)^2 = 1
+    torch.testing.assert_close(box.bound_penalty(params), torch.tensor([5.0 / 6]))
+
+
+def test_the_bound_penalty_skips_unbounded_dims_and_discrete_heads() -> None:
+    """Dims without two finite bounds add nothing (nor average in); categoricals' is 0."""
+    low = np.array([-1.0, -np.inf, 0.0, -np.inf], np.float32)
+    high = np.array([1.0, np.inf, np.inf, 3.0], np.float32)
+    head = make_head(gym.spaces.Box(low, high))
+    assert head.bounded
+    params = torch.tensor([[3.0, 1e6, -1e6, 1e6], [0.0, -1e6, 1e6, -1e6]])
+    torch.testing.assert_close(head.bound_penalty(params), torch.tensor([4.0, 0.0]))
+    free = make_head(gym.spaces.Box(-np.inf, np.inf, (3,), np.float32))
+    assert not free.bounded
+    assert torch.equal(free.bound_penalty(torch.full((2, 3), 1e6)), torch.zeros(2))
+    for space in (gym.spaces.Discrete(3), gym.spaces.MultiDiscrete([2, 3])):
+        discrete = make_head(space)
+        assert not discrete.bounded
+        params = torch.randn(4, discrete.param_dim)
+        assert torch.equal(discrete.bound_penalty(params), torch.zeros(4))
+
+
+def test_the_bound_penalty_gradient_pulls_the_mean_back_toward_the_bounds() -> None:
+    """d penalty / d mean = 2 excess / half_range * sign(mean - centre) / bounded dims: a
+    gradient step moves a mean past either bound back in; inside, the gradient is 0."""
+    head = make_head(gym.spaces.Box(-2.0, 2.0, (2,), np.float32))
+    params = torch.tensor([[6.0, 0.5], [-10.0, 1.0]], requires_grad=True)
+    (grad,) = torch.autograd.grad(head.bound_penalty(params).sum(), params)
+    # 6: excess 2, 2 * 2 / 2 / 2 dims = 1; -10: excess 4 -> -2; inside: 0.
+    torch.testing.assert_close(grad, torch.tensor([[1.0, 0.0], [-2.0, 0.0]]))
+    stepped = params.detach() - 0.5 * grad
+    assert bool((stepped[:, 0].abs() < params.detach()[:, 0].abs()).all())
+
+
+def test_update_terms_are_log_prob_entropy_and_the_bound_penalty_of_one_forward() -> None:
+    torch.manual_seed(0)
+    policy = Policy(gym.spaces.Box(-1.0, 1.0, (4,), np.float32), BOX, (8,), "tanh")
+    obs = torch.randn(16, 4, generator=_gen(3))
+    action = torch.randn(16, *BOX.shape, generator=_gen(4))
+    logp, entropy, penalty = policy.update_terms(obs, action)
+    expected = policy.log_prob_entropy(obs, action)
+    assert torch.equal(logp, expected[0]) and torch.equal(entropy, expected[1])
+    assert torch.equal(penalty, policy.head.bound_penalty(policy(obs)))
+
+
 # -- Policy ------------------------------------------------------------------------------------
 
 

@@ -38,6 +38,7 @@ UPDATE_FIELDS = {
     "entropy",
     "clip_fraction",
     "approx_kl_old",
+    "mean_bound",
     "grad_norm",
     "skipped_steps",
     "mem_rss_mib",
@@ -258,6 +259,32 @@ def test_box_actions_on_a_numpy_sync_env() -> None:
     assert m["frac_zero_std_groups"] == 0.0
     assert not torch.equal(log_std, trainer.policy.head.log_std)  # type: ignore[union-attr]
     envs.close()
+
+
+def test_a_gaussian_mean_past_the_bounds_is_pulled_back_by_the_bound_penalty() -> None:
+    """Pendulum's action bound is 2; a mean of 8 is clipped to 2 for every member, so every
+    group step has no spread and weight 0. The bound penalty counts on those rows (the CPU
+    keeps them in its passes) and pulls the mean back within a few updates, after which the
+    groups spread again. Without it (mean_bound_coef 0) nothing moves the policy at all."""
+    results = {}
+    for coef in (1.0, 0.0):
+        envs = gym.make_vec("Pendulum-v1", num_envs=8, vectorization_mode="sync")
+        run = RunConfig(progress=False, device="cpu", seed=0)
+        shape = {"num_groups": 2, "group_size": 4, "rollout_steps": 16, "window": 4}
+        cfg = GRPOConfig(**shape, hidden_sizes=(16,), lr=0.03, mean_bound_coef=coef, run=run)
+        trainer = GRPOTrainer(envs, cfg)
+        assert trainer.drop_flat_rows
+        with torch.no_grad():
+            trainer.policy.body[-1].bias.fill_(8.0)
+        before = _params(trainer)
+        results[coef] = [trainer.update() for _ in range(3)]
+        assert _changed(before, trainer) == (coef > 0)
+        envs.close()
+    pulled, stuck = results[1.0], results[0.0]
+    assert pulled[0]["frac_zero_std_groups"] == 1.0 and pulled[0]["mean_bound"] > 1.0
+    assert pulled[-1]["mean_bound"] < 0.01 and pulled[-1]["frac_zero_std_groups"] < 0.5
+    assert all(m["skipped_steps"] == 0 for m in pulled)
+    assert [m["frac_zero_std_groups"] for m in stuck] == [1.0] * 3
 
 
 def test_train_runs_to_the_step_budget() -> None:

@@ -103,6 +103,7 @@ class GRPO:
         # them reads a count, a host sync on a GPU, where the passes are launch-bound: there
         # every row is kept, and the update's shapes stay fixed.
         self.drop_flat_rows = self.device.type == "cpu"
+        self.penalised = cfg.mean_bound_coef > 0 and self.policy.head.bounded  # rows_to_train
         self.update_index = 0
         self.env_steps = 0
         self.train_s = 0.0
@@ -184,25 +185,13 @@ class GRPO:
         normaliser = self.collective.sum(part.valid.sum()).clamp_min(1.0) / (
             minibatches * self.collective.world_size
         )
-        contributes = self._contributing(part) if self.drop_flat_rows else None
+        contributes = part.rows_to_train(self.penalised) if self.drop_flat_rows else None
         for _ in range(cfg.epochs):
             order = torch.randperm(part.size, generator=self.generator, device=self.device)
             for minibatch in order.tensor_split(minibatches):
                 if contributes is not None:
                     minibatch = minibatch[contributes.index_select(0, minibatch)]
                 totals.add(*self._minibatch_step(part, minibatch, normaliser))
-
-    @staticmethod
-    def _contributing(part: Samples) -> torch.Tensor:
-        """Which of `part`'s rows a minibatch keeps where `drop_flat_rows`: not those of
-        weight 0 (group steps without spread, steps that do not count). Every loss term is
-        weighted, so those rows add exact zeros to the step, yet they cost a forward and a
-        backward pass each. A row whose advantage or log-prob is not finite stays (a NaN
-        return or observation makes both so): it makes the step non-finite, which is skipped
-        and counted, as with every row."""
-        return (
-            (part.weights > 0) | ~torch.isfinite(part.advantages) | ~torch.isfinite(part.old_logp)
-        )
 
     def _minibatch_step(
         self, part: Samples, minibatch: torch.Tensor, normaliser: torch.Tensor
@@ -215,7 +204,8 @@ class GRPO:
         for index in minibatch.tensor_split(self.config.micro_batches):
             rows = part.rows(index)
             out = self.loss(
-                rows.obs, rows.actions, rows.old_logp, rows.advantages, rows.weights, normaliser
+                *(rows.obs, rows.actions, rows.old_logp, rows.advantages, rows.weights),
+                *(rows.valid, normaliser),
             )
             step.backward(out.loss)
             loss_terms += torch.stack([t.detach().float() for t in out])

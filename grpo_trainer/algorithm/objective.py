@@ -3,6 +3,9 @@
 `ρ = exp(log π(a|s) − log π_old(a|s))`, `w` the sample weight, `N` the normaliser:
 
     L = −Σ w·min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A) / N + β·Σ w·KL₃ / N − c_H·Σ w·H / N
+        + c_B·Σ v·B / N
+
+with `v` the sample's validity and `B` the head's penalty on a mean past the action bounds.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ class LossTerms(NamedTuple):
     entropy: torch.Tensor
     clip_fraction: torch.Tensor
     approx_kl_old: torch.Tensor  # k3 KL(new || rollout policy), a step-size diagnostic
+    mean_bound: torch.Tensor  # the bound penalty's mean over valid samples (before c_B)
 
 
 def grpo_loss(
@@ -40,10 +44,18 @@ def grpo_loss(
     clip_high: float,
     kl_coef: float,
     entropy_coef: float,
+    bound_penalty: torch.Tensor,
+    valid: torch.Tensor,
+    bound_coef: float,
 ) -> LossTerms:
-    """Clipped surrogate with asymmetric clip, k3 KL and entropy bonus. Sums are divided by
-    `normaliser` (the trust region's weighted samples per minibatch), so every valid step
-    weighs the same whatever minibatch it falls in (not averaged per episode)."""
+    """Clipped surrogate with asymmetric clip, k3 KL, entropy bonus and bound penalty. Sums
+    are divided by `normaliser` (the trust region's valid samples per minibatch), so every
+    valid step weighs the same whatever minibatch it falls in (not averaged per episode).
+
+    The bound penalty (`ActionHead.bound_penalty`) is weighted by `valid`, not by `weights`:
+    a Gaussian mean drifts past a bound exactly where every member of a group is clipped
+    alike, and those group steps have no spread, so weight 0. The penalty is what pulls
+    them back, so it counts on every valid sample."""
     log_ratio = logp - old_logp
     ratio = torch.exp(log_ratio)
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
@@ -55,7 +67,10 @@ def grpo_loss(
     policy_loss = -mean(surrogate)
     entropy_mean = mean(entropy)
     kl = mean(k3_kl(logp, ref_logp)) if ref_logp is not None else torch.zeros_like(policy_loss)
-    loss = policy_loss + kl_coef * kl - entropy_coef * entropy_mean
+    mean_bound = (bound_penalty * valid).sum() / normaliser
+    loss = policy_loss + kl_coef * kl - entropy_coef * entropy_mean + bound_coef * mean_bound
     clip_fraction = mean(((ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)).to(logp.dtype))
     approx_kl_old = mean(k3_kl(logp, old_logp).detach())
-    return LossTerms(loss, policy_loss, kl, entropy_mean, clip_fraction, approx_kl_old)
+    return LossTerms(
+        loss, policy_loss, kl, entropy_mean, clip_fraction, approx_kl_old, mean_bound.detach()
+    )

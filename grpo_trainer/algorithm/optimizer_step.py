@@ -46,6 +46,21 @@ class Samples(NamedTuple):
         """The samples at `index` (index_select: faster than x[index] on the CPU)."""
         return Samples(*(t.index_select(0, index) for t in self))
 
+    def rows_to_train(self, penalised: bool) -> torch.Tensor:
+        """Which rows a minibatch keeps where `GRPO.drop_flat_rows`: not those whose every
+        loss term is 0. Those add exact zeros to the step, yet cost a forward and a backward
+        pass each. A row of weight 0 (a group step without spread, a step that does not count)
+        has a zero surrogate, KL and entropy term; its bound penalty is weighted by `valid`
+        instead, so where the penalty is on (`penalised`: a coefficient above 0 and a head
+        with finite bounds) every valid row stays. Why not only those past a bound: whether
+        a row's mean is past one is known only after its forward pass, and the rows of
+        weight 0 are the very ones that drift (once every member of a group is clipped, the
+        group has no spread). A row whose advantage or log-prob is not finite stays too (a
+        NaN return or observation makes both so): it makes the step non-finite, which is
+        skipped and counted, as with every row."""
+        keep = self.valid > 0 if penalised else self.weights > 0  # weight > 0: valid too
+        return keep | ~torch.isfinite(self.advantages) | ~torch.isfinite(self.old_logp)
+
 
 def trust_regions(
     samples: int, anchor_samples: int | None, generator: torch.Generator, device: torch.device

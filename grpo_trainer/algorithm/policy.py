@@ -26,6 +26,7 @@ class ActionHead(nn.Module):
     param_dim: int
     action_shape: tuple[int, ...]
     action_dtype: torch.dtype  # dtype the rollout stores actions in
+    bounded = False  # whether `bound_penalty` can be nonzero (a constant of the space)
 
     def noise(self, batch: int, generator: Generator | None, device: torch.device) -> Tensor:
         """The randomness of `batch` samples, drawn outside compiled code."""
@@ -42,6 +43,11 @@ class ActionHead(nn.Module):
     def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         """The log-prob of stored actions, and the distribution's entropy, per row."""
         raise NotImplementedError
+
+    def bound_penalty(self, params: Tensor) -> Tensor:
+        """Per row, how far the distribution's centre lies past the action bounds (0 here:
+        a categorical's actions are all inside)."""
+        return torch.zeros(params.shape[:-1], device=params.device)
 
     def to_env(self, action: Tensor) -> Tensor:
         """A stored action as the env takes it (e.g. clipped to its bounds)."""
@@ -131,7 +137,13 @@ class MultiCategoricalHead(ActionHead):
 class GaussianHead(ActionHead):
     """`Box` actions: diagonal Gaussian with a learned, state-independent log-std.
 
-    Unclipped samples are stored (their log-prob is exact); the env gets them clipped.
+    Unclipped samples are stored (their log-prob is exact); the env gets them clipped. The
+    mean is the raw network output, and nothing in the surrogate stops it drifting past a
+    bound: once every member of a group is clipped alike, the group has no spread and no
+    gradient. `bound_penalty` pulls it back softly (the loss adds it, times
+    `mean_bound_coef`); a mean clamped or squashed into the bounds could put mass on a bound
+    only by shrinking the noise, and learned worse (docs/trainer.md, "The tanh-squashed
+    mean, tried and reverted").
     """
 
     def __init__(self, space: gym.spaces.Box) -> None:
@@ -143,6 +155,16 @@ class GaussianHead(ActionHead):
         for name, bound in (("low", space.low), ("high", space.high)):
             tensor = torch.as_tensor(bound, dtype=torch.float32)
             self.register_buffer(name, tensor, persistent=False)
+        # Dims with two finite, distinct bounds: their centre and 1 / half-range; 0 elsewhere,
+        # so that other dims add relu(-1) = 0 to the penalty.
+        low, high = self.low.flatten(), self.high.flatten()
+        finite = torch.isfinite(low) & torch.isfinite(high) & (high > low)
+        centre = torch.where(finite, (low + high) / 2, torch.zeros_like(low))
+        inv_half = torch.where(finite, 2.0 / (high - low), torch.zeros_like(low))
+        self.register_buffer("centre", centre, persistent=False)
+        self.register_buffer("inv_half", inv_half, persistent=False)
+        self.bounded = bool(finite.any())
+        self.bounded_dims = max(1, int(finite.sum()))
 
     def noise(self, batch: int, generator: Generator | None, device: torch.device) -> Tensor:
         return torch.randn((batch, self.param_dim), generator=generator, device=device)
@@ -163,6 +185,13 @@ class GaussianHead(ActionHead):
         logp = self._logp(params.float(), action.float().flatten(-len(self.action_shape)))
         entropy = (self.log_std + 0.5 * math.log(2 * math.pi * math.e)).sum().expand_as(logp)
         return logp, entropy
+
+    def bound_penalty(self, params: Tensor) -> Tensor:
+        """`relu(|mean − centre| / half_range − 1)²` averaged over the dims with finite
+        bounds: 0 inside them, quadratic past them (its gradient grows with the distance).
+        Sampling and log-probs keep the raw mean."""
+        excess = torch.relu((params.float() - self.centre).abs() * self.inv_half - 1.0)
+        return (excess * excess).sum(-1) / self.bounded_dims
 
     def to_env(self, action: Tensor) -> Tensor:
         return torch.maximum(torch.minimum(action, self.high), self.low)
@@ -305,6 +334,12 @@ class Policy(nn.Module):
     def log_prob_entropy(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         return self.head.log_prob_entropy(self(obs), action)
 
+    def update_terms(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The update's forward: log-probs, entropies and bound penalties, from one pass."""
+        params = self(obs)
+        logp, entropy = self.head.log_prob_entropy(params, action)
+        return logp, entropy, self.head.bound_penalty(params)
+
 
 def build_policy(
     config: GRPOConfig, observation_space: gym.Space, action_space: gym.Space
@@ -348,18 +383,20 @@ class AutocastPolicy:
 
     def loss(
         self,
-        log_prob_entropy: Any,
+        update_terms: Any,
         obs: Tensor,
         actions: Tensor,
         old_logp: Tensor,
         advantages: Tensor,
         weights: Tensor,
+        valid: Tensor,
         normaliser: Tensor,
     ) -> LossTerms:
-        """One minibatch's loss terms; `log_prob_entropy` is the forward (DDP's, if any)."""
+        """One minibatch's loss terms; `update_terms` is `Policy.update_terms` (DDP's, if
+        any)."""
         cfg = self.config
         with autocast(self.amp, self.device):
-            logp, entropy = log_prob_entropy(obs, actions)
+            logp, entropy, bound_penalty = update_terms(obs, actions)
             ref_logp = None
             if self.reference is not None:
                 with torch.no_grad():
@@ -376,4 +413,7 @@ class AutocastPolicy:
             clip_high=cfg.clip_high,
             kl_coef=cfg.kl_coef,
             entropy_coef=cfg.entropy_coef,
+            bound_penalty=bound_penalty,
+            valid=valid,
+            bound_coef=cfg.mean_bound_coef,
         )

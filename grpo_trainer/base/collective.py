@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-LogProbEntropy = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+UpdateTerms = Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
 
 
 class Collective:
@@ -42,9 +42,9 @@ class Collective:
         """Whether to apply this step: a verdict every rank reaches alike (on the device)."""
         return torch.isfinite(grad_norm) & torch.isfinite(loss)
 
-    def data_parallel(self, policy: nn.Module) -> LogProbEntropy:
+    def data_parallel(self, policy: nn.Module) -> UpdateTerms:
         """The update's forward: gradients through it are averaged over ranks."""
-        return policy.log_prob_entropy  # type: ignore[return-value]
+        return policy.update_terms  # type: ignore[return-value]
 
     def sampling_seed(self, seed: int, update: int) -> int | None:
         """A seed for this rank's sampling at `update`, or None: the generator goes on."""
@@ -105,12 +105,12 @@ class TorchDistributed(Collective):
         # Only the all-reduced gradient is shared; a rank's own loss is not.
         return torch.isfinite(grad_norm)
 
-    def data_parallel(self, policy: nn.Module) -> LogProbEntropy:
-        """`policy.log_prob_entropy` wrapped in DDP (which broadcasts rank 0's parameters); the
+    def data_parallel(self, policy: nn.Module) -> UpdateTerms:
+        """`policy.update_terms` wrapped in DDP (which broadcasts rank 0's parameters); the
         buffers are constants of the spaces, so they are not re-synced every forward."""
         device = next(policy.parameters()).device
         return nn.parallel.DistributedDataParallel(
-            _LogProbEntropy(policy),
+            _UpdateTerms(policy),
             device_ids=[device] if device.type == "cuda" else None,
             forward_sync_buffers=False,
         )
@@ -132,7 +132,7 @@ def rank_seed(seed: int, update: int, rank: int) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
-class _LogProbEntropy(nn.Module):
+class _UpdateTerms(nn.Module):
     """The update's forward as a module: DDP averages gradients only for work done in its
     `forward`, and the head's log-prob and entropy use a parameter too (the Gaussian log-std)."""
 
@@ -140,5 +140,5 @@ class _LogProbEntropy(nn.Module):
         super().__init__()
         self.policy = policy
 
-    def forward(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
-        return self.policy.log_prob_entropy(obs, actions)  # type: ignore[operator]
+    def forward(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return self.policy.update_terms(obs, actions)  # type: ignore[operator]

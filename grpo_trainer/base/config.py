@@ -372,6 +372,9 @@ class GRPOConfig:
     micro_batches: int = _field(1, "gradient accumulation inside each minibatch")
     kl_coef: float = _field(0.0, "weight of the k3 KL to a frozen reference policy")
     entropy_coef: float = _field(0.01, "weight of the entropy bonus")
+    mean_bound_coef: float = _field(
+        1.0, "Box actions: weight of the penalty on a Gaussian mean past the bounds (0: off)"
+    )
     max_grad_norm: float = _field(1.0, "clip the global gradient norm to this")
     lr: float | None = _field(
         None, "AdamW learning rate; None: 1e-2 x sqrt(minibatch_size / 4096) (lr_for)"
@@ -446,6 +449,7 @@ class GRPOConfig:
         _check_float(self, "clip_high", 0.0, math.inf, low_open=True)
         _check_float(self, "kl_coef", 0.0, math.inf)
         _check_float(self, "entropy_coef", 0.0, math.inf)
+        _check_float(self, "mean_bound_coef", 0.0, math.inf)
         _check_float(self, "max_grad_norm", 0.0, math.inf, low_open=True)
         _check_float(self, "lr", 0.0, math.inf, low_open=True)
         for name in ("hidden_sizes", "cnn_channels"):

@@ -106,6 +106,12 @@ METRICS: dict[str, Metric] = {
         "mean", "fraction of samples whose ratio was clipped", "{:.3f}", summary=True
     ),
     "approx_kl_old": Metric("mean", "k3 KL to the rollout policy: the step size", "{:.4f}"),
+    "mean_bound": Metric(
+        "mean",
+        "penalty on a Gaussian mean past the action bounds, per valid sample (before "
+        "mean_bound_coef; 0 for discrete actions)",
+        "{:.4f}",
+    ),
     "grad_norm": Metric("max", "global gradient norm before clipping", "{:.3f}"),
     "skipped_steps": Metric(
         "max", "optimiser steps skipped for a non-finite loss or gradient", "{:.0f}"
