@@ -109,10 +109,9 @@ class CapturedStepper(GraphStepper):
         device: torch.device,
         capture: Capture = cuda_graph,
     ) -> None:
-        self.game, self.layout = game, layout
-        self._eager = EagerStepper(game.eager_form(num_envs, device), layout, mode)
-        self._same_step = mode == AutoresetMode.SAME_STEP
-        self._next_step = mode == AutoresetMode.NEXT_STEP
+        super().__init__(
+            game, layout, mode, EagerStepper(game.eager_form(num_envs, device), layout, mode)
+        )
         graph = StepGraph(game, layout, mode)
         # Buffers made in inference mode could not be written outside it later.
         with torch.inference_mode(False), torch.no_grad(), _on(device):
@@ -171,22 +170,10 @@ class CapturedStepper(GraphStepper):
             self._counter.copy_(counter)
         self._action.copy_(action)
         out = self._replay()
-        # Copies: the next replay overwrites the graph's outputs. One tensor per flag.
-        terminated, truncated, ended = (flag.to(torch.bool) for flag in out[2])
-        episode = tuple(t.clone() for t in out[3 : 3 + len(self.game.episode_fields)])
-        final_obs = out[-1].clone() if self._same_step else None
-        pending = ended.clone() if self._next_step else running.pending
-        return Transition(
-            Running(self._state, pending),
-            self._counter,
-            out[0].clone(),
-            out[1].clone(),
-            terminated,
-            truncated,
-            ended,
-            episode,
-            final_obs,
-        )
+        # Copies, since the next replay overwrites the graph's outputs; the flags (2) need
+        # none: `_transition` turns them into new bool tensors.
+        copies = [t if i == 2 else t.clone() for i, t in enumerate(out)]
+        return self._transition(copies, self._state, running, self._counter)
 
 
 def _present(tensor: torch.Tensor | None) -> tuple[torch.Tensor, ...]:

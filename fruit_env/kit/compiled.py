@@ -114,10 +114,8 @@ class CompiledStepper(GraphStepper):
             str(path), device_index=index
         )
         self._loader = loaded.loader  # its boxed entry point: no pytree work per step
-        self.game, self.layout, self.path = game, layout, path
-        self._eager = EagerStepper(game, layout, mode)
-        self._same_step = mode == AutoresetMode.SAME_STEP
-        self._next_step = mode == AutoresetMode.NEXT_STEP
+        super().__init__(game, layout, mode, EagerStepper(game, layout, mode))
+        self.path = path
         self._rows: torch.Tensor | None = None
         self._state: Packed | None = None  # the state held in `_rows`
 
@@ -127,17 +125,7 @@ class CompiledStepper(GraphStepper):
         """The mode's step; `action` of any integer dtype, clamped in the graph."""
         rows = self._own(running)
         out = self._loader.boxed_run([rows, key, counter, action.to(torch.int64).contiguous()])
-        # One tensor per flag (not views of one): DLPack consumers such as JAX copy those.
-        terminated, truncated, ended = (flag.to(torch.bool) for flag in out[2])
-        episode = tuple(out[3 : 3 + len(self.game.episode_fields)])
-        final_obs = out[-1] if self._same_step else None
-        # Pending restarts: NEXT_STEP's are the episodes that just ended (a copy: `ended` is
-        # handed out); the other modes have none.
-        pending = ended.clone() if self._next_step else running.pending
-        running = Running(self._state, pending)
-        return Transition(
-            running, counter, out[0], out[1], terminated, truncated, ended, episode, final_obs
-        )
+        return self._transition(out, self._state, running, counter)
 
     def _own(self, running: Running) -> torch.Tensor:
         """The buffer that holds `running` (a new one unless the package wrote it)."""

@@ -9,13 +9,14 @@ which a package's boxed call and a CUDA graph's replay both need.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from gymnasium.vector import AutoresetMode
 
 from fruit_env.kit import actions, rng
-from fruit_env.kit.autoreset import STEPS, EagerStepper, Running
+from fruit_env.kit.autoreset import STEPS, EagerStepper, Running, Transition
 from fruit_env.kit.game import TensorGame
 from fruit_env.kit.layout import Layout
 
@@ -43,10 +44,39 @@ class StepGraph(torch.nn.Module):
 
 class GraphStepper:
     """What a stepper that runs the step graph (a package's, or one captured in a CUDA
-    graph) shares: resets, and the observations they give, run eagerly on the game's eager
-    form (`_eager`); the graph clamps actions, so `validate_actions=False` checks none."""
+    graph) shares: resets, and the observations they give, run eagerly (`eager`); the
+    graph's flat outputs become a `Transition` one way (`_transition`); the graph clamps
+    actions, so `validate_actions=False` checks none."""
 
-    _eager: EagerStepper
+    def __init__(
+        self, game: TensorGame[Any], layout: Layout, mode: AutoresetMode, eager: EagerStepper
+    ) -> None:
+        self.game, self.layout, self._eager = game, layout, eager
+        self._same_step = mode == AutoresetMode.SAME_STEP
+        self._next_step = mode == AutoresetMode.NEXT_STEP
+
+    def _transition(
+        self, out: Sequence[torch.Tensor], state: Any, running: Running, counter: torch.Tensor
+    ) -> Transition:
+        """`StepGraph`'s outputs as the step's `Transition`, the next game state `state`."""
+        # One tensor per flag (not views of one): DLPack consumers such as JAX copy those.
+        terminated, truncated, ended = (flag.to(torch.bool) for flag in out[2])
+        episode = tuple(out[3 : 3 + len(self.game.episode_fields)])
+        final_obs = out[-1] if self._same_step else None
+        # Pending restarts: NEXT_STEP's are the episodes that just ended (a copy: `ended` is
+        # handed out); the other modes have none.
+        pending = ended.clone() if self._next_step else running.pending
+        return Transition(
+            Running(state, pending),
+            counter,
+            out[0],
+            out[1],
+            terminated,
+            truncated,
+            ended,
+            episode,
+            final_obs,
+        )
 
     def reset(
         self, running: Running, key: torch.Tensor, counter: torch.Tensor, mask: torch.Tensor
