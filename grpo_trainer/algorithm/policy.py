@@ -165,15 +165,13 @@ class GaussianHead(ActionHead):
         self.register_buffer("inv_half", inv_half, persistent=False)
         self.bounded = bool(finite.any())
         self.bounded_dims = max(1, int(finite.sum()))
-        self.log_scale = 0.0  # PROTO: log of the innovation's share of the std
 
     def noise(self, batch: int, generator: Generator | None, device: torch.device) -> Tensor:
         return torch.randn((batch, self.param_dim), generator=generator, device=device)
 
     def _logp(self, mean: Tensor, flat_action: Tensor) -> Tensor:
-        log_std = self.log_std + self.log_scale
-        z = (flat_action - mean) * torch.exp(-log_std)
-        return (-0.5 * z**2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        z = (flat_action - mean) * torch.exp(-self.log_std)
+        return (-0.5 * z**2 - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
     def sample(self, params: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
         mean = params.float()
@@ -185,8 +183,7 @@ class GaussianHead(ActionHead):
 
     def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         logp = self._logp(params.float(), action.float().flatten(-len(self.action_shape)))
-        log_std = self.log_std + self.log_scale
-        entropy = (log_std + 0.5 * math.log(2 * math.pi * math.e)).sum().expand_as(logp)
+        entropy = (self.log_std + 0.5 * math.log(2 * math.pi * math.e)).sum().expand_as(logp)
         return logp, entropy
 
     def bound_penalty(self, params: Tensor) -> Tensor:

@@ -5,8 +5,6 @@ fills it (`ExplorationNoise`, `Recorder`) and what leaves it (`Rollout`, `Rollou
 
 from __future__ import annotations
 
-import math
-
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -119,9 +117,6 @@ def rollout_view(buffer: RolloutBuffer, runner: EpisodeRunner, rows: int, window
     )
 
 
-_PROTO = bool(__import__('os').environ.get('GRPO_PROTO_INNOV'))
-
-
 class ExplorationNoise:
     """The noise each sub-env samples its actions with, step after step, each step's following
     the last as the head decides (`ActionHead.correlate`: colored-noise exploration, Eberhard
@@ -158,19 +153,6 @@ class Recorder:
         buffer = self.buffer
         stored = buffer.obs[row]
         stored.copy_(obs)
-        rho = self.noise.correlation
-        if _PROTO and rho > 0:
-            prev = self.noise.last
-            if prev is None:
-                prev = self.head.noise(self.noise.num_envs, self.generator, obs.device) * 0
-                self.noise.last = prev
-            self.head.log_scale = 0.5 * math.log(1.0 - rho * rho)
-            n = self.noise.draw(self.generator, obs.device)
-            action, logp = self.sample(stored, n - rho * prev)
-            buffer.actions[row].copy_(action)
-            buffer.logp[row].copy_(logp)
-            offset = torch.exp(self.head.log_std.detach()) * rho * prev
-            return self.head.to_env(action + offset.unflatten(-1, action.shape[1:]))
         noise = self.noise.draw(self.generator, obs.device)
         action, logp = self.sample(stored, noise)
         buffer.actions[row].copy_(action)
