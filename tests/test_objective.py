@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from grpo_trainer.algorithm.objective import LossTerms, grpo_loss, k3_kl
 
@@ -200,6 +201,49 @@ def test_the_bound_penalty_counts_every_valid_sample_whatever_its_weight() -> No
     assert base.mean_bound.item() == 0.0
     assert out.loss.item() == pytest.approx(base.loss.item() + 0.3125, abs=1e-6)
     assert out.policy_loss.item() == base.policy_loss.item()
+
+
+class _OpCount(TorchDispatchMode):
+    """Counts the aten ops dispatched inside it: on a GPU, each is a kernel launch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _penalty_free_loss(
+    bound_penalty: torch.Tensor | None, ref_logp: torch.Tensor | None
+) -> tuple[LossTerms, torch.Tensor, int]:
+    """A loss without bound or KL signal (kl_coef 0, a zero penalty or none), its logp's
+    gradient, and the ops that loss and its backward dispatched."""
+    logp = torch.tensor([-0.5, -1.0, -2.0], requires_grad=True)
+    ones = torch.ones(3)
+    with _OpCount() as count:
+        out = grpo_loss(
+            logp, logp.detach() - 0.1, torch.tensor([1.0, -1.0, 0.5]), ones, ones, ref_logp,
+            normaliser=torch.tensor(3.0), clip_low=CLIP_LOW, clip_high=CLIP_HIGH,
+            kl_coef=0.0, entropy_coef=0.01, bound_penalty=bound_penalty, valid=ones,
+            bound_coef=1.0,
+        )  # fmt: skip
+        out.loss.backward()
+    assert logp.grad is not None
+    return out, logp.grad, count.ops
+
+
+def test_a_head_without_bounds_and_a_run_without_reference_add_no_ops_for_their_terms() -> None:
+    """bound_penalty None (a head without finite bounds) and ref_logp None leave their terms
+    out: fewer ops than adding zeros, the same loss and gradient bit for bit, metrics 0."""
+    skipped, grad, ops = _penalty_free_loss(None, None)
+    with_zeros, grad_zeros, ops_zeros = _penalty_free_loss(torch.zeros(3), None)
+    _, grad_ref, ops_ref = _penalty_free_loss(None, torch.tensor([-0.5, -1.0, -2.0]))
+    assert ops < ops_zeros and ops < ops_ref
+    assert skipped.loss.item() == with_zeros.loss.item()
+    assert torch.equal(grad, grad_zeros) and torch.equal(grad, grad_ref)
+    assert skipped.mean_bound.item() == 0.0 and skipped.kl.item() == 0.0
 
 
 def test_normaliser_weighs_every_valid_step_equally_across_minibatches() -> None:

@@ -255,6 +255,25 @@ def test_the_bound_penalty_skips_unbounded_dims_and_discrete_heads() -> None:
         assert torch.equal(discrete.bound_penalty(params), torch.zeros(4))
 
 
+def test_update_terms_hand_the_loss_a_penalty_only_where_a_head_has_bounds() -> None:
+    """The update's forward returns the penalty for a bounded Box, and None where it is
+    always 0 (an unbounded Box, a categorical), so the loss spends no ops on it."""
+    obs_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    obs = torch.zeros(3, 4)
+    spaces = [
+        (gym.spaces.Box(-2.0, 2.0, (2,), np.float32), True),
+        (gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), False),
+        (gym.spaces.Discrete(3), False),
+    ]
+    for space, bounded in spaces:
+        policy = Policy(obs_space, space, (8,))
+        action = policy.act(obs, greedy=False, generator=_gen(0))
+        *_, penalty = policy.update_terms(obs, action)
+        assert (penalty is not None) is bounded, space
+        if penalty is not None:
+            assert penalty.shape == (3,)
+
+
 def test_the_bound_penalty_gradient_pulls_the_mean_back_toward_the_bounds() -> None:
     """d penalty / d mean = 2 excess / half_range * sign(mean - centre) / bounded dims: a
     gradient step moves a mean past either bound back in; inside, the gradient is 0."""

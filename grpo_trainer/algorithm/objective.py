@@ -6,6 +6,8 @@
         + c_B·Σ v·B / N
 
 with `v` the sample's validity and `B` the head's penalty on a mean past the action bounds.
+A term that is exactly zero (no reference policy; a head without finite bounds) is left out
+rather than added as zeros: on a GPU each of its ops is a kernel launch of the update.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def grpo_loss(
     clip_high: float,
     kl_coef: float,
     entropy_coef: float,
-    bound_penalty: torch.Tensor,
+    bound_penalty: torch.Tensor | None,
     valid: torch.Tensor,
     bound_coef: float,
 ) -> LossTerms:
@@ -55,7 +57,8 @@ def grpo_loss(
     The bound penalty (`ActionHead.bound_penalty`) is weighted by `valid`, not by `weights`:
     a Gaussian mean drifts past a bound exactly where every member of a group is clipped
     alike, and those group steps have no spread, so weight 0. The penalty is what pulls
-    them back, so it counts on every valid sample."""
+    them back, so it counts on every valid sample. `bound_penalty` None: the head has no
+    finite bounds, and `mean_bound` is reported as 0."""
     log_ratio = logp - old_logp
     ratio = torch.exp(log_ratio)
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
@@ -66,9 +69,18 @@ def grpo_loss(
 
     policy_loss = -mean(surrogate)
     entropy_mean = mean(entropy)
-    kl = mean(k3_kl(logp, ref_logp)) if ref_logp is not None else torch.zeros_like(policy_loss)
-    mean_bound = (bound_penalty * valid).sum() / normaliser
-    loss = policy_loss + kl_coef * kl - entropy_coef * entropy_mean + bound_coef * mean_bound
+    loss = policy_loss
+    if ref_logp is not None:
+        kl = mean(k3_kl(logp, ref_logp))
+        loss = loss + kl_coef * kl
+    else:
+        kl = torch.zeros_like(policy_loss)
+    loss = loss - entropy_coef * entropy_mean
+    if bound_penalty is not None:
+        mean_bound = (bound_penalty * valid).sum() / normaliser
+        loss = loss + bound_coef * mean_bound
+    else:
+        mean_bound = torch.zeros_like(policy_loss)
     clip_fraction = mean(((ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)).to(logp.dtype))
     approx_kl_old = mean(k3_kl(logp, old_logp).detach())
     return LossTerms(

@@ -334,11 +334,12 @@ class Policy(nn.Module):
     def log_prob_entropy(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         return self.head.log_prob_entropy(self(obs), action)
 
-    def update_terms(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The update's forward: log-probs, entropies and bound penalties, from one pass."""
+    def update_terms(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The update's forward: log-probs, entropies and bound penalties, from one pass
+        (None for a head without finite bounds, whose penalty is always 0)."""
         params = self(obs)
         logp, entropy = self.head.log_prob_entropy(params, action)
-        return logp, entropy, self.head.bound_penalty(params)
+        return logp, entropy, self.head.bound_penalty(params) if self.head.bounded else None
 
 
 def build_policy(
