@@ -407,23 +407,66 @@ def test_act_gives_env_actions_greedy_or_sampled(space: gym.Space) -> None:
 
 
 def test_correlated_exploration_noise_is_an_ar1_process_on_gaussian_heads_only() -> None:
-    """noise_correlation: each step a standard normal, the lag-1 correlation rho; categorical
-    noise stays independent draws (the same stream as without correlation)."""
+    """noise_correlation rho: a sub-env's noise (innovation plus what is carried) starts from
+    rest and becomes a standard normal per step with lag-1 correlation rho; each step samples
+    with the innovation alone, sqrt(1 - rho^2) of it and independent of what is carried.
+    Categorical noise stays independent draws (the same stream as without correlation)."""
     from grpo_trainer.algorithm.rollout import ExplorationNoise
 
-    box = make_head(gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
+    box = make_head(gym.spaces.Box(-1.0, 1.0, (2,), np.float32), 0.9)
     noise = ExplorationNoise(box, 4096, 0.9)
     gen = torch.Generator().manual_seed(0)
-    draws = torch.stack([noise.draw(gen, torch.device("cpu")) for _ in range(60)])
-    assert draws.std().item() == pytest.approx(1.0, abs=0.02)
-    lag1 = (draws[1:] * draws[:-1]).mean() / draws.var()
+    innovations, totals, carries = [], [], []
+    for step in range(80):
+        innovation, carried = noise.draw(gen, torch.device("cpu"))
+        assert (carried is None) == (step == 0)  # from rest: nothing carried at first
+        carried = torch.zeros_like(innovation) if carried is None else carried
+        innovations.append(innovation)
+        carries.append(carried)
+        totals.append(innovation + carried)
+    late = torch.stack(totals[40:])  # 1 - 0.81^40 of the stationary variance, within 1e-3
+    assert late.std().item() == pytest.approx(1.0, abs=0.02)
+    lag1 = (late[1:] * late[:-1]).mean() / late.var()
     assert lag1.item() == pytest.approx(0.9, abs=0.02)
+    new, old = torch.stack(innovations[40:]), torch.stack(carries[40:])
+    assert new.std().item() == pytest.approx(math.sqrt(1 - 0.81), abs=0.01)
+    assert (new * old).mean().item() == pytest.approx(0.0, abs=0.01)
+    assert torch.equal(noise.last, totals[-1])
 
     cat = make_head(gym.spaces.Discrete(3))
     a = ExplorationNoise(cat, 8, 0.9)
     gen_a, gen_b = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
     for _ in range(3):
-        assert torch.equal(a.draw(gen_a, torch.device("cpu")), cat.noise(8, gen_b, None))
+        fresh, carried = a.draw(gen_a, torch.device("cpu"))
+        assert carried is None and torch.equal(fresh, cat.noise(8, gen_b, None))
+
+
+def test_a_correlated_gaussian_scores_the_innovation_and_the_env_gets_the_carried_noise() -> None:
+    """With rho, a sampled action is mean + std * innovation, its log-prob and the entropy
+    are those of a Normal with std * sqrt(1 - rho^2) (exact for what the step drew), and
+    `shift` adds std * carried noise for the env; rho = 0 is the plain Gaussian."""
+    space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    rho = 0.95
+    head = make_head(space, rho)
+    with torch.no_grad():
+        head.log_std.copy_(torch.tensor([-0.5, 0.3]))
+    params = torch.randn(5, 2, generator=_gen(3))
+    innovation = torch.randn(5, 2, generator=_gen(4)) * math.sqrt(1 - rho * rho)
+    action, logp = head.sample(params, innovation)
+    std = head.log_std.detach().exp()
+    torch.testing.assert_close(action, params + std * innovation)
+    dist = Normal(params, std * math.sqrt(1 - rho * rho))
+    torch.testing.assert_close(logp, dist.log_prob(action).sum(-1))
+    scored, entropy = head.log_prob_entropy(params, action)
+    torch.testing.assert_close(scored, logp)
+    torch.testing.assert_close(entropy, dist.entropy().sum(-1))
+    carried = torch.randn(5, 2, generator=_gen(5))
+    torch.testing.assert_close(head.shift(action, carried), action + std * carried)
+    plain = make_head(space)
+    with torch.no_grad():
+        plain.log_std.copy_(head.log_std)
+    _, plain_logp = plain.sample(params, innovation)
+    torch.testing.assert_close(plain_logp, Normal(params, std).log_prob(action).sum(-1))
 
 
 def test_the_cpu_tanh_agrees_with_torch_tanh_and_its_gradient() -> None:

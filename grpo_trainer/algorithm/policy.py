@@ -53,10 +53,13 @@ class ActionHead(nn.Module):
         """A stored action as the env takes it (e.g. clipped to its bounds)."""
         return action
 
-    def correlate(self, previous: Tensor, fresh: Tensor, correlation: float) -> Tensor:
-        """A sub-env's noise for its next step, given the last one's: independent here (a
-        categorical's noise is uniform, and no mix of uniforms stays uniform)."""
-        return fresh
+    # Whether `noise_correlation` applies: no here (a categorical's noise is uniform, and no
+    # mix of uniforms stays uniform).
+    correlates = False
+
+    def shift(self, action: Tensor, carried: Tensor) -> Tensor:
+        """`action` moved by the noise carried over from earlier steps (heads that correlate)."""
+        raise NotImplementedError
 
 
 def _index_dtype(n: int) -> torch.dtype:
@@ -146,8 +149,13 @@ class GaussianHead(ActionHead):
     mean, tried and reverted").
     """
 
-    def __init__(self, space: gym.spaces.Box) -> None:
+    correlates = True
+
+    def __init__(self, space: gym.spaces.Box, noise_correlation: float = 0.0) -> None:
         super().__init__()
+        # With correlated noise a step samples only the innovation, sqrt(1 - rho^2) of the
+        # std (`ExplorationNoise`); its log-probs and entropy are that innovation's.
+        self.log_innovation = 0.5 * math.log1p(-noise_correlation * noise_correlation)
         self.action_shape = tuple(space.shape)
         size = int(np.prod(self.action_shape))
         self.param_dim, self.action_dtype = size, torch.float32
@@ -169,9 +177,14 @@ class GaussianHead(ActionHead):
     def noise(self, batch: int, generator: Generator | None, device: torch.device) -> Tensor:
         return torch.randn((batch, self.param_dim), generator=generator, device=device)
 
+    def _sampled_log_std(self) -> Tensor:
+        """The log-std a step samples with: the innovation's, under correlated noise."""
+        return self.log_std + self.log_innovation if self.log_innovation else self.log_std
+
     def _logp(self, mean: Tensor, flat_action: Tensor) -> Tensor:
-        z = (flat_action - mean) * torch.exp(-self.log_std)
-        return (-0.5 * z**2 - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        log_std = self._sampled_log_std()
+        z = (flat_action - mean) * torch.exp(-log_std)
+        return (-0.5 * z**2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
     def sample(self, params: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
         mean = params.float()
@@ -183,7 +196,8 @@ class GaussianHead(ActionHead):
 
     def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         logp = self._logp(params.float(), action.float().flatten(-len(self.action_shape)))
-        entropy = (self.log_std + 0.5 * math.log(2 * math.pi * math.e)).sum().expand_as(logp)
+        log_std = self._sampled_log_std()
+        entropy = (log_std + 0.5 * math.log(2 * math.pi * math.e)).sum().expand_as(logp)
         return logp, entropy
 
     def bound_penalty(self, params: Tensor) -> Tensor:
@@ -196,10 +210,8 @@ class GaussianHead(ActionHead):
     def to_env(self, action: Tensor) -> Tensor:
         return torch.maximum(torch.minimum(action, self.high), self.low)
 
-    def correlate(self, previous: Tensor, fresh: Tensor, correlation: float) -> Tensor:
-        """An AR(1) step, `ρ·previous + √(1−ρ²)·fresh`: still a standard normal per step, but
-        it keeps pushing one way for about 1 / (1 − ρ) steps (colored-noise exploration)."""
-        return previous * correlation + fresh * math.sqrt(1.0 - correlation * correlation)
+    def shift(self, action: Tensor, carried: Tensor) -> Tensor:
+        return action + torch.exp(self.log_std.detach()) * carried.unflatten(-1, self.action_shape)
 
 
 class _SigmoidTanh(torch.autograd.Function):
@@ -229,14 +241,15 @@ class Tanh(nn.Module):
         return _SigmoidTanh.apply(x)
 
 
-def make_head(space: gym.Space) -> ActionHead:
-    """The action head for a single sub-env's action space."""
+def make_head(space: gym.Space, noise_correlation: float = 0.0) -> ActionHead:
+    """The action head for a single sub-env's action space (`noise_correlation`: see
+    `ExplorationNoise`; only a Gaussian head's log-probs depend on it)."""
     if isinstance(space, gym.spaces.Discrete):
         return CategoricalHead(int(space.n), int(space.start))
     if isinstance(space, gym.spaces.MultiDiscrete):
         return MultiCategoricalHead(space.nvec, space.start)
     if isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating):
-        return GaussianHead(space)
+        return GaussianHead(space, noise_correlation)
     raise ValueError(
         f"unsupported action space {space}: use Discrete, MultiDiscrete or a float Box"
     )
@@ -273,10 +286,11 @@ class Policy(nn.Module):
         hidden_sizes: tuple[int, ...] = (64, 64),
         activation: str = "tanh",
         cnn_channels: tuple[int, ...] = (16, 32),
+        noise_correlation: float = 0.0,
     ) -> None:
         super().__init__()
         act = {"tanh": Tanh, "relu": functools.partial(nn.ReLU, inplace=True)}[activation]
-        self.head = make_head(action_space)
+        self.head = make_head(action_space, noise_correlation)
         if is_image_space(observation_space):
             last = channels_last(observation_space.shape)
             channels = observation_space.shape[-1 if last else 0]
@@ -352,6 +366,7 @@ def build_policy(
         config.hidden_sizes,
         config.activation,
         config.cnn_channels,
+        config.noise_correlation,
     )
 
 

@@ -330,9 +330,10 @@ class GRPOConfig:
         "episode limit the trainer applies; None: the env's own (episodes mode needs one)",
     )
     noise_correlation: float = _field(
-        0.0,
+        0.95,
         "Box actions: correlation of a sub-env's exploration noise from one step to the next "
-        "(an AR(1) process, so it pushes one way for about 1 / (1 - rho) steps; 0: independent)",
+        "(an AR(1) process, so it pushes one way for about 1 / (1 - rho) steps; each step is "
+        "credited with its own innovation only; 0: independent)",
     )
     # -- advantages --
     advantage: AdvantageMode = _field(

@@ -5,6 +5,7 @@ fills it (`ExplorationNoise`, `Recorder`) and what leaves it (`Rollout`, `Rollou
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -118,19 +119,34 @@ def rollout_view(buffer: RolloutBuffer, runner: EpisodeRunner, rows: int, window
 
 
 class ExplorationNoise:
-    """The noise each sub-env samples its actions with, step after step, each step's following
-    the last as the head decides (`ActionHead.correlate`: colored-noise exploration, Eberhard
-    et al., 2023). Each step's marginal is the head's own, so the stored log-probs are exact."""
+    """The noise each sub-env samples its actions with. With `correlation` rho > 0 on a head
+    that correlates (Gaussian), a sub-env's noise is an AR(1) process,
+    `n_t = rho n_(t-1) + sqrt(1 - rho^2) z_t`, which pushes one way for about 1 / (1 - rho)
+    steps (colored-noise exploration, Eberhard et al., 2023). A step samples its stored action
+    with the innovation `sqrt(1 - rho^2) z_t` alone, and the env gets the carried part
+    `rho n_(t-1)` on top: its log-prob credits the step with what it drew, not with what
+    earlier steps drew. Credited with the whole noise, a step's std answers for pushes it did
+    not choose, and it collapsed on Pendulum (docs/trainer.md, "Correlated exploration for
+    MountainCarContinuous"). A sub-env's noise starts from rest (nothing carried)."""
 
     def __init__(self, head: ActionHead, num_envs: int, correlation: float) -> None:
-        self.head, self.num_envs, self.correlation = head, num_envs, correlation
+        self.head, self.num_envs = head, num_envs
+        self.correlation = correlation if head.correlates else 0.0
+        self.innovation = math.sqrt(1.0 - self.correlation * self.correlation)
         self.last: torch.Tensor | None = None  # what the last step drew (kept in checkpoints)
 
-    def draw(self, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    def draw(
+        self, generator: torch.Generator, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """This step's noise to sample with, and the noise carried over (None: nothing)."""
         fresh = self.head.noise(self.num_envs, generator, device)
-        last = self.last
-        self.last = fresh if last is None else self.head.correlate(last, fresh, self.correlation)
-        return self.last
+        if not self.correlation:
+            self.last = fresh
+            return fresh, None
+        innovation = fresh * self.innovation
+        carried = None if self.last is None else self.last * self.correlation
+        self.last = innovation if carried is None else carried + innovation
+        return innovation, carried
 
 
 class Recorder:
@@ -153,11 +169,11 @@ class Recorder:
         buffer = self.buffer
         stored = buffer.obs[row]
         stored.copy_(obs)
-        noise = self.noise.draw(self.generator, obs.device)
+        noise, carried = self.noise.draw(self.generator, obs.device)
         action, logp = self.sample(stored, noise)
         buffer.actions[row].copy_(action)
         buffer.logp[row].copy_(logp)
-        return self.head.to_env(action)
+        return self.head.to_env(action if carried is None else self.head.shift(action, carried))
 
     def record(self, row: int, step: RunnerStep) -> None:
         buffer = self.buffer

@@ -75,7 +75,10 @@ class BranchCompletion:
         discount = self.gamma
         for _ in range(self.steps):
             self.scratch.copy_(obs)
-            action, _ = sample(self.scratch, self.noise.draw(generator, obs.device))
+            noise, carried = self.noise.draw(generator, obs.device)
+            action, _ = sample(self.scratch, noise)
+            if carried is not None:
+                action = self.head.shift(action, carried)
             step = self.env.step(self.head.to_env(action))
             total += discount * step.reward * going
             going = going * ~step.done
