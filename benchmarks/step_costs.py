@@ -49,7 +49,15 @@ GAMES = {
 def measure(
     env_id: str, budget: int, updates: int, flags: list[str], every_row: bool = False
 ) -> dict[str, Any]:
-    """Median collect and learn seconds per update of the train command's run of `env_id`."""
+    """Median collect and learn seconds per update of the train command's run of `env_id`,
+    in a run directory that is removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="step-costs-") as run_dir:
+        return _measure(env_id, budget, updates, flags, every_row, run_dir)
+
+
+def _measure(
+    env_id: str, budget: int, updates: int, flags: list[str], every_row: bool, run_dir: str
+) -> dict[str, Any]:
     import torch
 
     from grpo_trainer.run.trainer import open_run
@@ -57,7 +65,7 @@ def measure(
 
     argv = ["train", "--env", f"fruit_env:{env_id}", "--total-env-steps", str(budget)]
     argv += ["--device", "cpu", "--no-progress", "--eval-every", "0", *flags]
-    argv += ["--run-dir", tempfile.mkdtemp(prefix="step-costs-")]
+    argv += ["--run-dir", run_dir]
     trainer = open_run(config_from_args(build_parser().parse_args(argv)))
     if every_row:
         trainer.drop_flat_rows = False

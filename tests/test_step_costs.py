@@ -4,17 +4,25 @@ step costs less than a played and trained one (the update's epochs come on top).
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
+import pytest
 from loading import load_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_step_costs_times_the_train_commands_run(tmp_path: Path) -> None:
+def test_step_costs_times_the_train_commands_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     step_costs = load_module(ROOT / "benchmarks" / "step_costs.py", "step_costs_benchmark")
+    scratch = tmp_path / "tmp"  # where the measured runs' directories go, and must not stay
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     argv = ["--games", "freeway", "--budget", "20000", "--updates", "2"]
     assert step_costs.main([*argv, "--name", "costs", "--results", str(tmp_path)]) == 0
+    assert not list(scratch.glob("step-costs-*"))
     (row,) = json.loads((tmp_path / "costs.json").read_text())["rows"]
     # 20k env steps: the smallest derived update, 1024 samples (32 sub-envs x 32 steps)
     assert (row["game"], row["samples_per_update"], row["epochs"]) == ("freeway", 1024, 4)
