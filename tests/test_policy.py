@@ -414,7 +414,7 @@ def test_correlated_exploration_noise_is_an_ar1_process_on_gaussian_heads_only()
     from grpo_trainer.algorithm.rollout import ExplorationNoise
 
     box = make_head(gym.spaces.Box(-1.0, 1.0, (2,), np.float32), 0.9)
-    noise = ExplorationNoise(box, 4096, 0.9)
+    noise = ExplorationNoise(box, 4096)
     gen = torch.Generator().manual_seed(0)
     innovations, totals, carries = [], [], []
     for step in range(80):
@@ -434,7 +434,7 @@ def test_correlated_exploration_noise_is_an_ar1_process_on_gaussian_heads_only()
     assert torch.equal(noise.last, totals[-1])
 
     cat = make_head(gym.spaces.Discrete(3))
-    a = ExplorationNoise(cat, 8, 0.9)
+    a = ExplorationNoise(cat, 8)  # a categorical has no correlation to take
     gen_a, gen_b = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
     for _ in range(3):
         fresh, carried = a.draw(gen_a, torch.device("cpu"))

@@ -53,9 +53,9 @@ class ActionHead(nn.Module):
         """A stored action as the env takes it (e.g. clipped to its bounds)."""
         return action
 
-    # Whether `noise_correlation` applies: no here (a categorical's noise is uniform, and no
-    # mix of uniforms stays uniform).
-    correlates = False
+    # The step-to-step correlation of the exploration noise (`ExplorationNoise` reads it
+    # here): none for a categorical, whose noise is uniform (no mix of uniforms stays uniform).
+    noise_correlation = 0.0
 
     def shift(self, action: Tensor, carried: Tensor) -> Tensor:
         """`action` moved by the noise carried over from earlier steps (heads that correlate)."""
@@ -149,10 +149,9 @@ class GaussianHead(ActionHead):
     mean, tried and reverted").
     """
 
-    correlates = True
-
     def __init__(self, space: gym.spaces.Box, noise_correlation: float = 0.0) -> None:
         super().__init__()
+        self.noise_correlation = noise_correlation
         # With correlated noise a step samples only the innovation, sqrt(1 - rho^2) of the
         # std (`ExplorationNoise`); its log-probs and entropy are that innovation's.
         self.log_innovation = 0.5 * math.log1p(-noise_correlation * noise_correlation)

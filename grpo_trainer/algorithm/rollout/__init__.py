@@ -80,7 +80,7 @@ def make_rollout(
     """The rollout the config asks for, with the restart policy the env allows."""
     obs_shape = tuple(env.observation_space.shape or ())
     obs_dtype = storage_dtype(env.observation_space, config.obs_storage)
-    noise = ExplorationNoise(head, env.num_envs, config.noise_correlation)
+    noise = ExplorationNoise(head, env.num_envs)
     if config.rollout == "episodes":
         horizon = config.max_episode_steps or env.max_episode_steps()
         if horizon is None:

@@ -119,8 +119,8 @@ def rollout_view(buffer: RolloutBuffer, runner: EpisodeRunner, rows: int, window
 
 
 class ExplorationNoise:
-    """The noise each sub-env samples its actions with. With `correlation` rho > 0 on a head
-    that correlates (Gaussian), a sub-env's noise is an AR(1) process,
+    """The noise each sub-env samples its actions with. With the head's `noise_correlation`
+    rho > 0 (a Gaussian's), a sub-env's noise is an AR(1) process,
     `n_t = rho n_(t-1) + sqrt(1 - rho^2) z_t`, which pushes one way for about 1 / (1 - rho)
     steps (colored-noise exploration, Eberhard et al., 2023). A step samples its stored action
     with the innovation `sqrt(1 - rho^2) z_t` alone, and the env gets the carried part
@@ -129,9 +129,10 @@ class ExplorationNoise:
     not choose, and it collapsed on Pendulum (docs/trainer.md, "Correlated exploration for
     MountainCarContinuous"). A sub-env's noise starts from rest (nothing carried)."""
 
-    def __init__(self, head: ActionHead, num_envs: int, correlation: float) -> None:
+    def __init__(self, head: ActionHead, num_envs: int) -> None:
         self.head, self.num_envs = head, num_envs
-        self.correlation = correlation if head.correlates else 0.0
+        # the head's own rho, so the noise and the log-probs scaled by it always agree
+        self.correlation = head.noise_correlation
         self.innovation = math.sqrt(1.0 - self.correlation * self.correlation)
         self.last: torch.Tensor | None = None  # what the last step drew (kept in checkpoints)
 
