@@ -64,6 +64,7 @@ def _loss(
     bound_penalty: torch.Tensor | None = None,
     valid: torch.Tensor | None = None,
     bound_coef: float = 0.0,
+    dual_clip: float | None = None,
 ) -> tuple[LossTerms, torch.Tensor]:
     old_logp = torch.full_like(ratios, -1.0)
     if logp is None:
@@ -78,6 +79,7 @@ def _loss(
         normaliser=torch.tensor(normaliser),
         clip_low=CLIP_LOW,
         clip_high=CLIP_HIGH,
+        dual_clip=dual_clip,
         kl_coef=kl_coef,
         entropy_coef=entropy_coef,
         bound_penalty=torch.zeros_like(ratios) if bound_penalty is None else bound_penalty,
@@ -127,6 +129,50 @@ def test_clip_is_asymmetric() -> None:
     out, _ = _loss(torch.tensor([1.25]), torch.tensor([1.0]), normaliser=1.0)
     assert out.clip_fraction.item() == 0.0
     assert out.policy_loss.item() == pytest.approx(-1.25, abs=1e-6)
+
+
+def test_dual_clip_bounds_a_negative_advantage_whose_ratio_rose_far() -> None:
+    """With dual_clip c = 3, a step with A < 0 costs at most c * |A|, and past ratio c it
+    passes no gradient; below c, and for every A >= 0, the loss and gradient are those of
+    the plain clip, bit for bit."""
+    ratios = torch.tensor([5.0, 2.0, 5.0, 0.5, 1.0])
+    advantages = torch.tensor([-1.0, -1.0, 1.0, -1.0, 0.0])
+    plain, logp_plain = _loss(ratios, advantages)
+    dual, logp_dual = _loss(ratios, advantages, dual_clip=3.0)
+    # Surrogates: ratio 5, A=-1: min(-5, -1.28) = -5, dual max(-5, -3) = -3; ratio 2, A=-1:
+    # -2 (above -3, kept); ratio 5, A=+1: 1.28; ratio 0.5, A=-1: -0.8; A=0: 0.
+    # plain: -(-5 - 2 + 1.28 - 0.8 + 0) / 5 = 1.304; dual: -(-3 - 2 + 1.28 - 0.8) / 5 = 0.904
+    assert plain.policy_loss.item() == pytest.approx(1.304, abs=1e-6)
+    assert dual.policy_loss.item() == pytest.approx(0.904, abs=1e-6)
+    (grad_plain,) = torch.autograd.grad(plain.loss, logp_plain)
+    (grad_dual,) = torch.autograd.grad(dual.loss, logp_dual)
+    # d(-ratio * A / 5) / d logp = -ratio * A / 5: 1.0 for ratio 5 (plain), 0 once cut.
+    assert grad_plain[0].item() == pytest.approx(1.0) and grad_dual[0].item() == 0.0
+    assert torch.equal(grad_plain[1:], grad_dual[1:])
+
+
+def test_dual_clip_changes_nothing_where_no_negative_advantage_has_risen_past_it() -> None:
+    """The default test batch (ratios up to 1.5) gives the same loss and gradient bit for bit."""
+    plain, logp_plain = _loss()
+    dual, logp_dual = _loss(dual_clip=3.0)
+    assert torch.equal(plain.loss, dual.loss)
+    (grad_plain,) = torch.autograd.grad(plain.loss, logp_plain)
+    (grad_dual,) = torch.autograd.grad(dual.loss, logp_dual)
+    assert torch.equal(grad_plain, grad_dual)
+
+
+@pytest.mark.parametrize("dual_clip", [3.0, None])
+def test_a_ratio_past_floats_range_leaves_the_loss_and_gradient_finite(
+    dual_clip: float | None,
+) -> None:
+    """A log-ratio of 200 (exp overflows float32 past 88) on a negative advantage: the
+    log-ratio is capped before the exponential, so loss and gradient stay finite and the
+    step is taken rather than skipped as non-finite."""
+    logp = torch.tensor([199.0, -1.0], requires_grad=True)  # old_logp is -1: log-ratio 200, 0
+    out, _ = _loss(torch.ones(2), torch.tensor([-1.0, 1.0]), logp=logp, dual_clip=dual_clip)
+    (grad,) = torch.autograd.grad(out.loss, logp)
+    assert math.isfinite(out.loss.item()) and bool(torch.isfinite(grad).all())
+    assert grad[0].item() == 0.0  # capped (and, with the dual clip, cut): no gradient
 
 
 def test_entropy_bonus_lowers_the_loss() -> None:
@@ -225,7 +271,7 @@ def _penalty_free_loss(
     with _OpCount() as count:
         out = grpo_loss(
             logp, logp.detach() - 0.1, torch.tensor([1.0, -1.0, 0.5]), ones, ones, ref_logp,
-            normaliser=torch.tensor(3.0), clip_low=CLIP_LOW, clip_high=CLIP_HIGH,
+            normaliser=torch.tensor(3.0), clip_low=CLIP_LOW, clip_high=CLIP_HIGH, dual_clip=3.0,
             kl_coef=0.0, entropy_coef=0.01, bound_penalty=bound_penalty, valid=ones,
             bound_coef=1.0,
         )  # fmt: skip

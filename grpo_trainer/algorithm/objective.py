@@ -2,10 +2,16 @@
 
 `ρ = exp(log π(a|s) − log π_old(a|s))`, `w` the sample weight, `N` the normaliser:
 
-    L = −Σ w·min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A) / N + β·Σ w·KL₃ / N − c_H·Σ w·H / N
-        + c_B·Σ v·B / N
+    L = −Σ w·S / N + β·Σ w·KL₃ / N − c_H·Σ w·H / N + c_B·Σ v·B / N
+    S = min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A), and max(S, c·A) where A < 0 (dual clip)
 
 with `v` the sample's validity and `B` the head's penalty on a mean past the action bounds.
+The dual clip (Ye et al., 2020, "Mastering Complex Control in MOBA Games with Deep
+Reinforcement Learning") bounds what a step the group ranks low can cost when its ratio has
+risen far: without it that loss grows with ρ, a few such steps steer the clipped gradient,
+and past ρ = e^88 it overflows (docs/trainer.md, "MinAtar on a GPU"). The log-ratio is
+capped at `MAX_LOG_RATIO` before the exponential: beyond it both clips have already cut
+the gradient, and the cap keeps ρ, and so the loss and its gradient, finite.
 A term that is exactly zero (no reference policy; a head without finite bounds) is left out
 rather than added as zeros: on a GPU each of its ops is a kernel launch of the update.
 """
@@ -15,6 +21,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+
+MAX_LOG_RATIO = 20.0  # ρ ≤ e^20: past 1 + ε_high and the dual clip, short of fp32's e^88
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -44,6 +52,7 @@ def grpo_loss(
     normaliser: torch.Tensor,
     clip_low: float,
     clip_high: float,
+    dual_clip: float | None,
     kl_coef: float,
     entropy_coef: float,
     bound_penalty: torch.Tensor | None,
@@ -59,10 +68,11 @@ def grpo_loss(
     alike, and those group steps have no spread, so weight 0. The penalty is what pulls
     them back, so it counts on every valid sample. `bound_penalty` None: the head has no
     finite bounds, and `mean_bound` is reported as 0."""
-    log_ratio = logp - old_logp
-    ratio = torch.exp(log_ratio)
+    ratio = torch.exp((logp - old_logp).clamp_max(MAX_LOG_RATIO))
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     surrogate = torch.minimum(ratio * advantages, clipped * advantages)
+    if dual_clip is not None:  # A ≥ 0 gives max(S, 0) = S: only negative advantages are cut
+        surrogate = torch.maximum(surrogate, dual_clip * advantages.clamp_max(0.0))
 
     def mean(x: torch.Tensor) -> torch.Tensor:
         return (x * weights).sum() / normaliser

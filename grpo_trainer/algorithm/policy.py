@@ -426,6 +426,7 @@ class AutocastPolicy:
             normaliser=normaliser,
             clip_low=cfg.clip_low,
             clip_high=cfg.clip_high,
+            dual_clip=cfg.dual_clip,
             kl_coef=cfg.kl_coef,
             entropy_coef=cfg.entropy_coef,
             bound_penalty=bound_penalty,

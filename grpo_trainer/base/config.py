@@ -353,6 +353,11 @@ class GRPOConfig:
     # -- loss and optimiser --
     clip_low: float = _field(0.2, "ratio clip below: 1 - clip_low")
     clip_high: float = _field(0.28, "ratio clip above: 1 + clip_high (DAPO's clip-higher)")
+    dual_clip: float | None = _field(
+        3.0,
+        "a step with a negative advantage loses at most dual_clip x its advantage, however far "
+        "its ratio rises (dual-clip PPO); None: unbounded",
+    )
     epochs: int | None = _field(
         None,
         "passes over each update's samples; None: 8 when rows wait one update for their "
@@ -448,6 +453,8 @@ class GRPOConfig:
         _check_float(self, "noise_correlation", 0.0, 1.0, high_open=True)
         _check_float(self, "clip_low", 0.0, 1.0, low_open=True, high_open=True)
         _check_float(self, "clip_high", 0.0, math.inf, low_open=True)
+        if self.dual_clip is not None:
+            _check_float(self, "dual_clip", 1.0, math.inf, low_open=True)
         _check_float(self, "kl_coef", 0.0, math.inf)
         _check_float(self, "entropy_coef", 0.0, math.inf)
         _check_float(self, "mean_bound_coef", 0.0, math.inf)
