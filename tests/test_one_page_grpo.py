@@ -49,7 +49,7 @@ def make_envs(**rules: Any) -> gym.vector.VectorEnv:
 def matching_trainer(config: Any, *, fused: bool) -> GRPOTrainer:
     """A trainer whose update is the one-page one: one whole episode per member from group
     resets, returns to the episode's end, the batch std as scale, one trust region and one
-    minibatch, a constant rate, no KL, float32 storage and arithmetic, eager."""
+    minibatch, a constant rate, no KL, no dual clip, float32 storage and arithmetic, eager."""
     trainer_config = GRPOConfig(
         num_groups=config.num_groups,
         group_size=config.group_size,
@@ -61,6 +61,7 @@ def matching_trainer(config: Any, *, fused: bool) -> GRPOTrainer:
         zero_std_eps=config.zero_std_eps,
         clip_low=config.clip_low,
         clip_high=config.clip_high,
+        dual_clip=None,  # the one page has no dual clip, which binds only past a ratio of 3
         epochs=config.epochs,
         anchor_samples=None,
         minibatch_size=1 << 30,
