@@ -23,6 +23,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# The kit's MinAtar games by the suite's task names (registered by `import fruit_env`).
+MINATAR_GAMES = {
+    "breakout": "Breakout-MinAtar-v0",
+    "space_invaders": "SpaceInvaders-MinAtar-v0",
+    "freeway": "Freeway-MinAtar-v0",
+    "asterix": "Asterix-MinAtar-v0",
+}
 
 
 def machine_info() -> dict[str, Any]:

@@ -36,14 +36,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import machine_info, write_result
+from _common import MINATAR_GAMES, machine_info, write_result
 
-GAMES = {
-    "breakout": "Breakout-MinAtar-v0",
-    "space_invaders": "SpaceInvaders-MinAtar-v0",
-    "freeway": "Freeway-MinAtar-v0",
-    "asterix": "Asterix-MinAtar-v0",
-}
+GAMES = MINATAR_GAMES
 
 
 def measure(

@@ -44,6 +44,9 @@ BAD_GRPO_FIELDS: list[tuple[str, Any]] = [
     ("clip_low", 0.0),
     ("clip_low", 1.0),
     ("clip_high", 0.0),
+    ("dual_clip", 1.0),  # a bound at 1 x A would cut a negative advantage inside the clip
+    ("dual_clip", math.inf),
+    ("dual_clip", "3"),
     ("kl_coef", -0.1),
     ("entropy_coef", -0.1),
     ("mean_bound_coef", -0.1),

@@ -282,8 +282,7 @@ class GRPOConfig:
 
     A frozen record: the fields left None are derived on construction from the device and
     the budget, and by `resolve` from the env (the window, then gamma and epochs); `derived`
-    names them. The resolved config is what `GRPO` trains with, what the run logs, and what
-    config.json and every checkpoint hold."""
+    names them. The resolved config is what `GRPO` trains with, config.json and checkpoints."""
 
     # -- batch and rollout --
     num_groups: int | None = _field(
@@ -357,9 +356,7 @@ class GRPOConfig:
     clip_low: float = _field(0.2, "ratio clip below: 1 - clip_low")
     clip_high: float = _field(0.28, "ratio clip above: 1 + clip_high (DAPO's clip-higher)")
     dual_clip: float | None = _field(
-        3.0,
-        "a step with a negative advantage loses at most dual_clip x its advantage, however far "
-        "its ratio rises (dual-clip PPO); None: unbounded",
+        3.0, "a negative advantage A costs at most dual_clip x |A| (dual-clip PPO); None: off"
     )
     epochs: int | None = _field(
         None,
@@ -434,8 +431,7 @@ class GRPOConfig:
         if self.window is not None:  # else derived from the env's episode limit (resolve)
             derive("gamma", lambda: 1.0 - 1.0 / self.window)
             derive("epochs", lambda: epochs_for(self.rollout_steps, self.window))
-        if self.max_episode_steps is not None:
-            _check_int(self, "max_episode_steps", minimum=1)
+        _check_int(self, "max_episode_steps", minimum=1, optional=True)
         _check_int(self, "restart_every", minimum=1)
         _check_int(self, "branch_every", minimum=0)
         if self.branch_complete and (
@@ -447,17 +443,14 @@ class GRPOConfig:
             )
         for name in ("minibatch_size", "micro_batches"):
             _check_int(self, name, minimum=1)
-        if self.epochs is not None:
-            _check_int(self, "epochs", minimum=1)
+        _check_int(self, "epochs", minimum=1, optional=True)
         _check_annotated(self)
-        if self.gamma is not None:
-            _check_float(self, "gamma", 0.0, 1.0)
+        _check_float(self, "gamma", 0.0, 1.0, optional=True)
         _check_float(self, "zero_std_eps", 0.0, math.inf)
         _check_float(self, "noise_correlation", 0.0, 1.0, high_open=True)
         _check_float(self, "clip_low", 0.0, 1.0, low_open=True, high_open=True)
         _check_float(self, "clip_high", 0.0, math.inf, low_open=True)
-        if self.dual_clip is not None:
-            _check_float(self, "dual_clip", 1.0, math.inf, low_open=True)
+        _check_float(self, "dual_clip", 1.0, math.inf, low_open=True, optional=True)
         _check_float(self, "kl_coef", 0.0, math.inf)
         _check_float(self, "entropy_coef", 0.0, math.inf)
         _check_float(self, "mean_bound_coef", 0.0, math.inf)
@@ -598,8 +591,11 @@ def _reject_unknown(cls: type, data: dict[str, Any]) -> None:
         raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}")
 
 
-def _check_int(obj: object, name: str, *, minimum: int) -> None:
+def _check_int(obj: object, name: str, *, minimum: int, optional: bool = False) -> None:
+    """`name` is an int of at least `minimum` (or None, where `optional`)."""
     value = getattr(obj, name)
+    if optional and value is None:
+        return
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an int, got {value!r}")
     if value < minimum:
@@ -614,8 +610,12 @@ def _check_float(
     *,
     low_open: bool = False,
     high_open: bool = False,
+    optional: bool = False,
 ) -> None:
+    """`name` is a finite number in the range, stored as a float (or None, where `optional`)."""
     value = getattr(obj, name)
+    if optional and value is None:
+        return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     too_low = value <= low if low_open else value < low
