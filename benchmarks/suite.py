@@ -201,8 +201,8 @@ def variant_flags(fields: dict[str, Any]) -> list[str]:
             if not isinstance(value, bool):
                 raise ValueError(f"{name} is true or false, got {value!r}")
             flags.append(flag if value else "--no-" + flag[2:])
-        elif value is None:
-            raise ValueError(f"{name}: null has no flag; leave the field out to keep its default")
+        elif value is None:  # a field that allows None takes "none"; any other refuses it
+            flags += [flag, "none"]
         elif isinstance(value, bool):
             raise ValueError(f"{name} is not a true/false field, got {value!r}")
         elif isinstance(value, dict):

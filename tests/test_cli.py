@@ -113,6 +113,8 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["--env-kwargs", "[1, 2]"], "--env-kwargs"),  # JSON, but not an object
         (["--advantage", "mean"], "--advantage"),
         (["--seed", "-3"], "--seed"),
+        (["--dual-clip", "off"], "--dual-clip"),  # a number or "none"
+        (["--dual-clip", "1"], "--dual-clip"),  # a bound at 1 x A is inside the clip
     ],
 )
 def test_bad_train_flags_exit_nonzero_naming_the_flag(
@@ -172,6 +174,9 @@ def test_flags_are_typed_from_the_dataclasses(tmp_path: Path) -> None:
     assert cfg.run.env_kwargs == {"width": 10}
     assert cfg.run.fused_optimizer is False and cfg.run.compile is True
     assert cfg.max_episode_steps == 50 and cfg.scale == "none" and cfg.gamma == 0.5
+    # A field that allows None takes "none" (its default need not be None).
+    off = cli.config_from_args(cli.build_parser().parse_args(["train", "--dual-clip", "none"]))
+    assert off.dual_clip is None and GRPOConfig().dual_clip == 3.0
     # Unset flags keep the dataclass defaults.
     assert cfg.num_groups == GRPOConfig().num_groups
     assert cfg.run.seed == RunConfig().seed
@@ -344,7 +349,7 @@ def test_fresh_interpreter_never_loads_fruit_env_and_entry_point_works() -> None
     )
     assert "fruit_env was imported" not in proc.stderr
     assert proc.returncode == 2, proc.stderr
-    assert "argument --lr: invalid float value: 'abc'" in proc.stderr
+    assert "argument --lr: expected float or none, got 'abc'" in proc.stderr
 
 
 @pytest.mark.parametrize("command", ["eval", "play"])

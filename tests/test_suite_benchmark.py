@@ -116,15 +116,20 @@ def test_a_variant_becomes_the_train_commands_flags(suite: Any) -> None:
     assert config.run.env_kwargs == {"vectorization_mode": "sync"} and config.run.compile is True
 
 
+def test_a_null_is_the_flag_none_where_the_field_allows_none(suite: Any) -> None:
+    """`{"dual_clip": null}` turns the dual clip off: the flag reads "none" back as None."""
+    assert suite.variant_flags({"dual_clip": None}) == ["--dual-clip", "none"]
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
         ({"no_such_field": 1}, "no_such_field is not a flag of the train command"),
-        ({"window": None}, "window: null has no flag"),
+        ({"seed": None}, "argument --seed: invalid int value: 'none'"),  # no None allowed
         ({"branch_ended": 1}, "branch_ended is true or false"),
         ({"epochs": True}, "epochs is not a true/false field"),
         ({"amp": "fp8"}, "argument --amp: invalid choice: 'fp8'"),
-        ({"epochs": 2.5}, "argument --epochs: invalid int value: '2.5'"),
+        ({"epochs": 2.5}, "argument --epochs: expected int or none, got '2.5'"),
         ({"seed": 1, "run": {"seed": 2}}, "seed given both at the top level and under run"),
     ],
 )

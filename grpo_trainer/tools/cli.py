@@ -51,7 +51,7 @@ def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, hint: 
         "default": argparse.SUPPRESS,
         "help": f"{field.metadata['help']} (default: {shown})",
     }
-    hint = field_type(hint)[0]
+    hint, optional = field_type(hint)
     origin, args = get_origin(hint), get_args(hint)
     if hint is bool:
         kwargs["action"] = argparse.BooleanOptionalAction
@@ -63,11 +63,30 @@ def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, hint: 
     elif origin is dict:
         kwargs["type"] = _json_dict
         kwargs["metavar"] = "JSON"
+    elif hint in (int, float) and optional:  # "none" gives None: `--dual-clip none`
+        kwargs["type"] = _number_or_none(hint)
+        kwargs["metavar"] = f"{hint.__name__.upper()}|none"
     elif hint in (int, float, str):
         kwargs["type"] = hint
     else:
         raise TypeError(f"no flag type for field {field.name}: {hint}")
     parser.add_argument(_flag(field.name), **kwargs)
+
+
+def _number_or_none(kind: type) -> Any:
+    """A flag's type for a field that allows None: a number, or "none"."""
+
+    def parse(text: str) -> int | float | None:
+        if text.strip().lower() == "none":
+            return None
+        try:
+            return kind(text)
+        except ValueError:
+            message = f"expected {kind.__name__} or none, got {text!r}"
+            raise argparse.ArgumentTypeError(message) from None
+
+    parse.__name__ = kind.__name__  # argparse names the type in its error message
+    return parse
 
 
 def _int_tuple(text: str) -> tuple[int, ...]:
