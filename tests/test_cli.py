@@ -174,9 +174,10 @@ def test_flags_are_typed_from_the_dataclasses(tmp_path: Path) -> None:
     assert cfg.run.env_kwargs == {"width": 10}
     assert cfg.run.fused_optimizer is False and cfg.run.compile is True
     assert cfg.max_episode_steps == 50 and cfg.scale == "none" and cfg.gamma == 0.5
-    # A field that allows None takes "none" (its default need not be None).
+    # A field that allows None takes a number or "none".
+    on = cli.config_from_args(cli.build_parser().parse_args(["train", "--dual-clip", "3"]))
     off = cli.config_from_args(cli.build_parser().parse_args(["train", "--dual-clip", "none"]))
-    assert off.dual_clip is None and GRPOConfig().dual_clip == 3.0
+    assert on.dual_clip == 3.0 and off.dual_clip is None
     # Unset flags keep the dataclass defaults.
     assert cfg.num_groups == GRPOConfig().num_groups
     assert cfg.run.seed == RunConfig().seed

@@ -7,13 +7,12 @@
 
 with `v` the sample's validity and `B` the head's penalty on a mean past the action bounds.
 The dual clip (Ye et al., 2020, "Mastering Complex Control in MOBA Games with Deep
-Reinforcement Learning") bounds what a step the group ranks low can cost when its ratio has
-risen far: without it that loss grows with ρ, a few such steps steer the clipped gradient,
-and past ρ = e^88 it overflows (docs/trainer.md, "MinAtar on a GPU"). The log-ratio is
-capped at `MAX_LOG_RATIO` before the exponential: beyond it both clips have already cut
-the gradient, and the cap keeps ρ, and so the loss and its gradient, finite.
-A term that is exactly zero (no reference policy; a head without finite bounds) is left out
-rather than added as zeros: on a GPU each of its ops is a kernel launch of the update.
+Reinforcement Learning"; off by default) bounds what a step the group ranks low can cost
+when its ratio has risen far: without it that loss grows with ρ, a few such steps steer the
+clipped gradient, and past ρ = e^88 it overflows (docs/trainer.md, "MinAtar on a GPU"). The
+log-ratio is capped at `MAX_LOG_RATIO` before the exponential, always: beyond it the clip
+has already cut the gradient of a positive advantage, and the cap keeps ρ, and so the loss
+and its gradient, finite.
 """
 
 from __future__ import annotations

@@ -356,7 +356,7 @@ class GRPOConfig:
     clip_low: float = _field(0.2, "ratio clip below: 1 - clip_low")
     clip_high: float = _field(0.28, "ratio clip above: 1 + clip_high (DAPO's clip-higher)")
     dual_clip: float | None = _field(
-        3.0, "a negative advantage A costs at most dual_clip x |A| (dual-clip PPO); None: off"
+        None, "a negative advantage A costs at most dual_clip x |A| (dual-clip PPO, 3); None: off"
     )
     epochs: int | None = _field(
         None,
