@@ -40,6 +40,7 @@ GAMES = MINATAR_GAMES
 GPU_ROW = ["--num-groups", "1024", "--anchor-samples", "262144", "--minibatch-size", "32768"]
 MOVE = 5.0  # nats: a step whose log-prob moved more than this in one update is counted
 CHUNK = 32_768  # samples scored at once after the update
+REPORTED = ("return_mean", "entropy", "approx_kl_old", "grad_norm", "skipped_steps")  # metrics
 
 
 def moves(game: str, budget: int, updates: int, flags: list[str]) -> list[dict[str, Any]]:
@@ -82,10 +83,7 @@ def _moves(
         down = (samples.old_logp - new)[weighted]
         old = samples.old_logp[weighted]
         record = {"update": index, "env_steps": metrics["env_steps"]}
-        record.update(
-            {k: metrics.get(k) for k in ("return_mean", "entropy", "approx_kl_old", "grad_norm")}
-        )
-        record["skipped_steps"] = metrics.get("skipped_steps")
+        record.update({k: metrics.get(k) for k in REPORTED})
         if down.numel():  # the first updates of a long window train no rows yet
             record.update(
                 down_max=round(float(down.max()), 3),

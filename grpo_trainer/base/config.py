@@ -252,8 +252,7 @@ class RunConfig:
         _check_int(self, "checkpoint_every", minimum=0)
         _check_int(self, "keep_checkpoints", minimum=1)
         _check_int(self, "max_consecutive_skips", minimum=1)
-        if self.eval_every is not None:
-            _check_int(self, "eval_every", minimum=0)
+        _check_int(self, "eval_every", minimum=0, optional=True)
         _check_int(self, "eval_episodes", minimum=1)
         if self.target is not None:
             parse_target(self.target)
@@ -419,8 +418,7 @@ class GRPOConfig:
         _check_int(self, "group_size", minimum=2)
         _check_int(self, "total_env_steps", minimum=1)
         _check_int(self, "rollout_steps", minimum=1)
-        if self.window is not None:
-            _check_int(self, "window", minimum=1)
+        _check_int(self, "window", minimum=1, optional=True)
         samples = samples_per_update(self.total_env_steps, device.max_samples)  # the budget's
         derive("num_groups", lambda: max(1, samples // (self.rollout_steps * self.group_size)))
         _check_int(self, "num_groups", minimum=1)
