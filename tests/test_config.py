@@ -47,6 +47,9 @@ BAD_GRPO_FIELDS: list[tuple[str, Any]] = [
     ("dual_clip", 1.0),  # a bound at 1 x A would cut a negative advantage inside the clip
     ("dual_clip", math.inf),
     ("dual_clip", "3"),
+    ("logit_cap", 0.0),  # a cap at 0 leaves every action equally likely
+    ("logit_cap", -10.0),
+    ("logit_cap", math.inf),
     ("kl_coef", -0.1),
     ("entropy_coef", -0.1),
     ("mean_bound_coef", -0.1),

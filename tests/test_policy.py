@@ -18,9 +18,12 @@ from grpo_trainer.algorithm.policy import (
     MultiCategoricalHead,
     Policy,
     Tanh,
+    build_policy,
+    capped_logits,
     is_image_space,
     make_head,
 )
+from grpo_trainer.base.config import GRPOConfig
 
 BATCH = 256
 
@@ -74,6 +77,43 @@ def test_categorical_sampling_follows_the_distribution() -> None:
     p = torch.softmax(logits.double(), -1)
     se = (p * (1 - p) / n).sqrt()
     assert bool(((freq - p).abs() < 5 * se).all()), (freq, p)
+
+
+def test_logit_cap_bounds_the_log_prob_gap_and_keeps_the_greedy_order() -> None:
+    """With `logit_cap` c, no action's log-prob falls more than 2c below another's, however
+    sharp the raw logits; near zero the cap is the identity; the greedy action is the raw
+    argmax even where tanh saturates two logits to the same float."""
+    cap = 10.0
+    head = make_head(gym.spaces.Discrete(3), logit_cap=cap)
+    sharp = torch.tensor([[200.0, -200.0, 0.0]])
+    logp, _ = head.log_prob_entropy(sharp.expand(3, 3), torch.arange(3, dtype=torch.uint8))
+    gaps = logp.max() - logp
+    assert float(gaps.max()) <= 2 * cap + 1e-4 and float(gaps.max()) > 2 * cap - 1e-3
+    raw, _ = make_head(gym.spaces.Discrete(3)).log_prob_entropy(sharp, torch.tensor([1]))
+    assert float(raw) < -399  # the uncapped head lets it fall 400 nats
+    small = torch.randn(BATCH, 3, generator=_gen(4)) * 1e-3
+    action = torch.randint(0, 3, (BATCH,), generator=_gen(5))
+    torch.testing.assert_close(
+        head.log_prob_entropy(small, action)[0],
+        Categorical(logits=small).log_prob(action),
+        rtol=0,
+        atol=1e-5,
+    )
+    saturated = torch.tensor([[300.0, 301.0, -5.0]])
+    assert torch.equal(capped_logits(saturated, 1.0)[0, 0], capped_logits(saturated, 1.0)[0, 1])
+    assert int(head.greedy(saturated)) == 1
+    multi = make_head(gym.spaces.MultiDiscrete([3, 2]), logit_cap=1.0)
+    assert multi.greedy(torch.tensor([[300.0, 301.0, -5.0, 400.0, 399.0, 0.0]])).tolist() == [
+        [1, 0]
+    ]
+
+
+def test_logit_cap_reaches_the_policy_from_the_config() -> None:
+    """`GRPOConfig.logit_cap` builds a policy whose categorical head caps its logits."""
+    space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    capped = build_policy(GRPOConfig(logit_cap=2.0), space, gym.spaces.Discrete(3))
+    assert capped.head.logit_cap == 2.0
+    assert build_policy(GRPOConfig(), space, gym.spaces.Discrete(3)).head.logit_cap is None
 
 
 def test_discrete_start_is_added_for_the_env_only() -> None:

@@ -87,8 +87,14 @@ CHANGED_RUN = {"eval_every": (None, 250_000)}
 # mean_bound_coef's penalty on a Gaussian mean past the action bounds adds exact zeros and no
 # gradient to a discrete head's loss, and to Pendulum's here, whose mean stays inside its
 # bounds over these updates: its default does what the reference did. dual_clip is off by
-# default, and the log-ratio cap binds only past e^20, which no case here reaches.
-ADDED = {"branch_complete": False, "mean_bound_coef": 1.0, "dual_clip": None}
+# default, and the log-ratio cap binds only past e^20, which no case here reaches. logit_cap
+# is off by default: a head without it computes its logits as before.
+ADDED = {
+    "branch_complete": False,
+    "mean_bound_coef": 1.0,
+    "dual_clip": None,
+    "logit_cap": None,
+}
 # Algorithm fields whose default has changed since, in ways that change no training for the
 # cases that leave them at it: recorded as the reference's value. noise_correlation 0.95 (Box
 # actions explore with correlated noise since 342f3fa): the cases that leave it at its default

@@ -66,12 +66,23 @@ def _index_dtype(n: int) -> torch.dtype:
     return torch.uint8 if n <= 256 else torch.int32
 
 
+def capped_logits(params: Tensor, cap: float | None) -> Tensor:
+    """float32 logits, softly capped at ±cap by `cap · tanh(params / cap)` (None: raw).
+
+    The cap bounds how far one action's log-prob can fall below another's (2 · cap), so a
+    sharpening policy cannot drive a stored action's log-prob, and with it a clipped ratio,
+    down by tens of nats in one update (docs/trainer.md, "MinAtar on a GPU"). Near 0 it is
+    the identity; its order is the raw logits', so the greedy action reads the raw ones."""
+    logits = params.float()
+    return logits if cap is None else _SigmoidTanh.apply(logits / cap) * cap
+
+
 class CategoricalHead(ActionHead):
     """`Discrete(n)`: logits, sampled with the Gumbel-max trick."""
 
-    def __init__(self, n: int, start: int = 0) -> None:
+    def __init__(self, n: int, start: int = 0, logit_cap: float | None = None) -> None:
         super().__init__()
-        self.n, self.start = n, start
+        self.n, self.start, self.logit_cap = n, start, logit_cap
         self.param_dim, self.action_shape = n, ()
         self.action_dtype = _index_dtype(n)
 
@@ -79,7 +90,7 @@ class CategoricalHead(ActionHead):
         return torch.rand((batch, self.n), generator=generator, device=device)
 
     def sample(self, params: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
-        logp_all = torch.log_softmax(params.float(), -1)
+        logp_all = torch.log_softmax(capped_logits(params, self.logit_cap), -1)
         gumbel = -torch.log(-torch.log(noise.clamp(1e-20, 1.0 - 1e-7)))
         action = torch.argmax(logp_all + gumbel, -1)
         return action, logp_all.gather(-1, action[..., None]).squeeze(-1)
@@ -88,7 +99,7 @@ class CategoricalHead(ActionHead):
         return torch.argmax(params, -1)
 
     def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
-        logp_all = torch.log_softmax(params.float(), -1)
+        logp_all = torch.log_softmax(capped_logits(params, self.logit_cap), -1)
         logp = logp_all.gather(-1, action.long()[..., None]).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         return logp, entropy
@@ -101,8 +112,9 @@ class CategoricalHead(ActionHead):
 class MultiCategoricalHead(ActionHead):
     """`MultiDiscrete(nvec)`: independent categoricals, padded to one `(D, max_n)` block."""
 
-    def __init__(self, nvec: np.ndarray, start: np.ndarray) -> None:
+    def __init__(self, nvec: np.ndarray, start: np.ndarray, logit_cap: float | None = None) -> None:
         super().__init__()
+        self.logit_cap = logit_cap
         nvec = np.asarray(nvec).reshape(-1)
         self.dims, self.width = len(nvec), int(nvec.max())
         self.param_dim, self.action_shape = self.dims * self.width, (self.dims,)
@@ -111,8 +123,9 @@ class MultiCategoricalHead(ActionHead):
         self.register_buffer("invalid", invalid, persistent=False)
         self.register_buffer("start", torch.as_tensor(start).reshape(-1).long(), persistent=False)
 
-    def _logp_all(self, params: Tensor) -> Tensor:
-        logits = params.float().unflatten(-1, (self.dims, self.width))
+    def _logp_all(self, params: Tensor, cap: bool = True) -> Tensor:
+        logits = capped_logits(params, self.logit_cap if cap else None)
+        logits = logits.unflatten(-1, (self.dims, self.width))
         return torch.log_softmax(logits.masked_fill(self.invalid, -1e9), -1)
 
     def noise(self, batch: int, generator: Generator | None, device: torch.device) -> Tensor:
@@ -125,7 +138,7 @@ class MultiCategoricalHead(ActionHead):
         return action, logp_all.gather(-1, action[..., None]).squeeze(-1).sum(-1)
 
     def greedy(self, params: Tensor) -> Tensor:
-        return torch.argmax(self._logp_all(params), -1)
+        return torch.argmax(self._logp_all(params, cap=False), -1)  # raw: no saturated ties
 
     def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         logp_all = self._logp_all(params)
@@ -240,13 +253,16 @@ class Tanh(nn.Module):
         return _SigmoidTanh.apply(x)
 
 
-def make_head(space: gym.Space, noise_correlation: float = 0.0) -> ActionHead:
+def make_head(
+    space: gym.Space, noise_correlation: float = 0.0, logit_cap: float | None = None
+) -> ActionHead:
     """The action head for a single sub-env's action space (`noise_correlation`: see
-    `ExplorationNoise`; only a Gaussian head's log-probs depend on it)."""
+    `ExplorationNoise`; only a Gaussian head's log-probs depend on it; `logit_cap`:
+    `capped_logits`, for the categorical heads)."""
     if isinstance(space, gym.spaces.Discrete):
-        return CategoricalHead(int(space.n), int(space.start))
+        return CategoricalHead(int(space.n), int(space.start), logit_cap)
     if isinstance(space, gym.spaces.MultiDiscrete):
-        return MultiCategoricalHead(space.nvec, space.start)
+        return MultiCategoricalHead(space.nvec, space.start, logit_cap)
     if isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating):
         return GaussianHead(space, noise_correlation)
     raise ValueError(
@@ -286,10 +302,11 @@ class Policy(nn.Module):
         activation: str = "tanh",
         cnn_channels: tuple[int, ...] = (16, 32),
         noise_correlation: float = 0.0,
+        logit_cap: float | None = None,
     ) -> None:
         super().__init__()
         act = {"tanh": Tanh, "relu": functools.partial(nn.ReLU, inplace=True)}[activation]
-        self.head = make_head(action_space, noise_correlation)
+        self.head = make_head(action_space, noise_correlation, logit_cap)
         if is_image_space(observation_space):
             last = channels_last(observation_space.shape)
             channels = observation_space.shape[-1 if last else 0]
@@ -366,6 +383,7 @@ def build_policy(
         config.activation,
         config.cnn_channels,
         config.noise_correlation,
+        config.logit_cap,
     )
 
 

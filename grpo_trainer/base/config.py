@@ -393,6 +393,7 @@ class GRPOConfig:
     cnn_channels: tuple[int, ...] = _field(
         (16, 32), "image observations: channels of the conv layers (3x3; stride 2 after the first)"
     )
+    logit_cap: float | None = _field(None, "discrete actions: cap x tanh(logits / cap); None: raw")
     obs_storage: ObsStorage = _field(
         "auto",
         "rollout observation dtype: auto (compact where lossless), float32, float16, bfloat16",
@@ -444,14 +445,13 @@ class GRPOConfig:
         _check_int(self, "epochs", minimum=1, optional=True)
         _check_annotated(self)
         _check_float(self, "gamma", 0.0, 1.0, optional=True)
-        _check_float(self, "zero_std_eps", 0.0, math.inf)
         _check_float(self, "noise_correlation", 0.0, 1.0, high_open=True)
         _check_float(self, "clip_low", 0.0, 1.0, low_open=True, high_open=True)
         _check_float(self, "clip_high", 0.0, math.inf, low_open=True)
         _check_float(self, "dual_clip", 1.0, math.inf, low_open=True, optional=True)
-        _check_float(self, "kl_coef", 0.0, math.inf)
-        _check_float(self, "entropy_coef", 0.0, math.inf)
-        _check_float(self, "mean_bound_coef", 0.0, math.inf)
+        for name in ("zero_std_eps", "kl_coef", "entropy_coef", "mean_bound_coef"):
+            _check_float(self, name, 0.0, math.inf)
+        _check_float(self, "logit_cap", 0.0, math.inf, low_open=True, optional=True)
         _check_float(self, "max_grad_norm", 0.0, math.inf, low_open=True)
         _check_float(self, "lr", 0.0, math.inf, low_open=True)
         for name in ("hidden_sizes", "cnn_channels"):
