@@ -282,7 +282,10 @@ def test_a_gaussian_mean_past_the_bounds_is_pulled_back_by_the_bound_penalty() -
         envs.close()
     pulled, stuck = results[1.0], results[0.0]
     assert pulled[0]["frac_zero_std_groups"] == 1.0 and pulled[0]["mean_bound"] > 1.0
-    assert pulled[-1]["mean_bound"] < 0.01 and pulled[-1]["frac_zero_std_groups"] < 0.5
+    # A tenth of the first update's penalty from the next update on: the mean is back at the
+    # bound, where it hovers (0.02-0.05 here on an Intel VM, below 0.01 on an AMD one).
+    assert max(m["mean_bound"] for m in pulled[1:]) < pulled[0]["mean_bound"] / 10
+    assert pulled[-1]["frac_zero_std_groups"] < 0.5
     assert all(m["skipped_steps"] == 0 for m in pulled)
     assert [m["frac_zero_std_groups"] for m in stuck] == [1.0] * 3
 
