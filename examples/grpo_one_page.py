@@ -8,8 +8,9 @@ Read `OnePageGRPO.update()` top to bottom: `collect()` plays, `learn()` compares
 with its group and optimises. It is the update `grpo_trainer.GRPOTrainer` makes by default
 (`rollout="windowed"`, docs/trainer.md): every sub-env plays `rollout_steps` steps, episodes
 run on across updates, a step's return looks `window` steps ahead (so the last `window - 1`
-rows wait for the next rollout, which re-scores them), groups restart together, and a member
-whose episode ended takes the state of one still playing. tests/test_one_page_grpo.py checks
+rows wait for the next rollout, which re-scores them and weighs them by their truncated
+importance), groups restart together, and a member whose episode ended takes the state of
+one still playing. tests/test_one_page_grpo.py checks
 that from the same weights and env both play the same rollouts, compute the same advantages
 and reach the same parameters, update after update, with `obs_storage="float32"` (the
 trainer's default stores Fruit Catcher's observations as float16, this file as float32).
@@ -336,12 +337,16 @@ class OnePageGRPO:
         advantages, weights, spread = self.compare(batch)
 
         # Rows an earlier policy played are re-scored by this one, so that the clipped ratio
-        # measures this update's step, as it does for fresh rows.
+        # measures this update's step, as it does for fresh rows, and each weighs
+        # min(1, π(a|s) / π_played(a|s)): an action the policy has since given up counts as
+        # often as the policy would now play it (truncated importance weight).
         old_logp, carried = batch.logp.clone(), batch.carried
         if carried:
             with torch.no_grad():
                 logits = self.policy(batch.obs[:carried].float())
                 old_logp[:carried] = Categorical(logits=logits).log_prob(batch.actions[:carried])
+            weights = weights.clone()
+            weights[:carried] *= (old_logp[:carried] - batch.logp[:carried]).clamp(max=0).exp()
 
         # Optimise, with ρ = exp(log π(a|s) − log π_old(a|s)):
         #   L = −Σ w·min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A) / N − c_H·Σ w·H / N

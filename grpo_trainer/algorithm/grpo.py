@@ -155,7 +155,10 @@ class GRPO:
         # that waited for their look-ahead were played by an earlier policy: they are
         # re-scored, so that the clipped ratio measures this update's step, as for fresh rows.
         self.policy.train()
-        samples = Samples.of(rollout, self._behaviour_logp(rollout), adv)
+        old_logp = self._behaviour_logp(rollout)
+        samples = Samples.of(rollout, old_logp, adv)
+        if self.config.deferred_weights == "truncated":
+            samples = samples.importance_weighted(old_logp, rollout.logp)
         totals = LossTotals(self.device)
         regions = trust_regions(
             samples.size, self.config.anchor_samples, self.generator, self.device

@@ -38,6 +38,20 @@ class Samples(NamedTuple):
         columns = (rollout.obs, rollout.actions, old_logp, adv.advantages, adv.weights, valid)
         return cls(*(t.flatten(0, 1) for t in columns))
 
+    def importance_weighted(self, logp: torch.Tensor, played_logp: torch.Tensor) -> Samples:
+        """The samples with each weight times min(1, π(a|s) / π_played(a|s)): `logp` is the
+        current policy's log-prob of the rows (`old_logp`), `played_logp` the policy's that
+        played them. Rows that wait for their look-ahead were played by a policy up to
+        window / rollout_steps updates old (4 on MinAtar). Re-scoring anchors their ratio at
+        the current policy but keeps the old policy's choice of actions, so an action the
+        policy has since all but given up (log-prob -30) is still pushed down with a full
+        gradient, which spreads the logits further: on MinAtar Breakout that loop ended in a
+        dead policy (docs/trainer.md). The truncated importance weight (IMPALA's ρ̄ = 1,
+        Espeholt et al., 2018) counts such a row as often as the current policy would play
+        it, and never more than once. A fresh row's weight is exactly 1."""
+        factor = (logp - played_logp).flatten().clamp_max(0.0).exp()
+        return self._replace(weights=self.weights * factor)
+
     @property
     def size(self) -> int:
         return self.obs.shape[0]

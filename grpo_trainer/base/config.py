@@ -129,6 +129,7 @@ def lr_for(minibatch_size: int, max_lr: float = math.inf) -> float:
 RolloutMode = Literal["windowed", "episodes"]
 AdvantageMode = Literal["per_step", "outcome"]
 ScaleMode = Literal["group_std", "batch_std", "none"]
+DeferredWeights = Literal["none", "truncated"]
 Schedule = Literal["constant", "linear", "cosine"]
 Activation = Literal["tanh", "relu"]
 AmpMode = Literal["off", "bf16", "fp16"]
@@ -357,6 +358,11 @@ class GRPOConfig:
     dual_clip: float | None = _field(
         None, "a negative advantage A costs at most dual_clip x |A| (dual-clip PPO, 3); None: off"
     )
+    deferred_weights: DeferredWeights = _field(
+        "truncated",
+        "rows an earlier policy played: 'truncated' weighs each by min(1, pi(a|s) / "
+        "pi_played(a|s)), the truncated importance weight; 'none': 1",
+    )
     epochs: int | None = _field(
         None,
         "passes over each update's samples; None: 8 when rows wait one update for their "
@@ -454,14 +460,7 @@ class GRPOConfig:
         _check_float(self, "logit_cap", 0.0, math.inf, low_open=True, optional=True)
         _check_float(self, "max_grad_norm", 0.0, math.inf, low_open=True)
         _check_float(self, "lr", 0.0, math.inf, low_open=True)
-        for name in ("hidden_sizes", "cnn_channels"):
-            value = getattr(self, name)
-            if not isinstance(value, tuple) or not all(
-                isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in value
-            ):
-                raise ValueError(f"{name} must be positive ints, got {value!r}")
-        if not self.cnn_channels:
-            raise ValueError("cnn_channels must name at least one conv layer")
+        _check_layer_sizes(self)
         if self.advantage == "outcome" and self.rollout == "windowed":
             raise ValueError(
                 "advantage='outcome' compares whole-episode returns: it needs "
@@ -622,6 +621,18 @@ def _check_float(
         left, right = "(" if low_open else "[", ")" if high_open else "]"
         raise ValueError(f"{name} must be in {left}{low}, {high}{right}, got {value}")
     object.__setattr__(obj, name, float(value))
+
+
+def _check_layer_sizes(config: GRPOConfig) -> None:
+    """The network's widths: positive ints, and at least one conv layer."""
+    for name in ("hidden_sizes", "cnn_channels"):
+        value = getattr(config, name)
+        if not isinstance(value, tuple) or not all(
+            isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in value
+        ):
+            raise ValueError(f"{name} must be positive ints, got {value!r}")
+    if not config.cnn_channels:
+        raise ValueError("cnn_channels must name at least one conv layer")
 
 
 def _check_annotated(obj: object) -> None:
