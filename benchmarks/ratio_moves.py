@@ -65,9 +65,7 @@ def _moves(
     for index in range(1, updates + 1):
         rollout = trainer.collect()
         with torch.no_grad():  # the update's own samples, copied before `learn` reuses them
-            samples = Samples.of(
-                rollout, trainer._behaviour_logp(rollout), trainer.advantages(rollout)
-            )
+            samples = trainer.trained_samples(rollout, trainer.advantages(rollout))
             samples = Samples(*(t.clone() for t in samples))
         metrics = trainer.learn(rollout).metrics
         with torch.no_grad():

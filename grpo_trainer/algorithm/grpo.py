@@ -151,14 +151,9 @@ class GRPO:
         adv = self.advantages(rollout)
 
         # Optimise: per trust region (the whole batch, unless it holds more than
-        # `anchor_samples`), epochs of shuffled minibatches of `minibatch_size` samples. Rows
-        # that waited for their look-ahead were played by an earlier policy: they are
-        # re-scored, so that the clipped ratio measures this update's step, as for fresh rows.
+        # `anchor_samples`), epochs of shuffled minibatches of `minibatch_size` samples.
         self.policy.train()
-        old_logp = self._behaviour_logp(rollout)
-        samples = Samples.of(rollout, old_logp, adv)
-        if self.config.deferred_weights == "truncated":
-            samples = samples.importance_weighted(old_logp, rollout.logp)
+        samples = self.trained_samples(rollout, adv)
         totals = LossTotals(self.device)
         regions = trust_regions(
             samples.size, self.config.anchor_samples, self.generator, self.device
@@ -214,6 +209,17 @@ class GRPO:
             loss_terms += torch.stack([t.detach().float() for t in out])
         grad_norm, finite = step.apply(LossTerms(*loss_terms.unbind()).loss)
         return loss_terms, grad_norm, finite
+
+    def trained_samples(self, rollout: Rollout, adv: Advantages) -> Samples:
+        """What an update trains on. Rows that waited for their look-ahead were played by an
+        earlier policy: they are re-scored, so that the clipped ratio measures this update's
+        step, as for fresh rows, and (`deferred_weights="truncated"`) weighed by their
+        truncated importance (`Samples.importance_weighted`)."""
+        old_logp = self._behaviour_logp(rollout)
+        samples = Samples.of(rollout, old_logp, adv)
+        if self.config.deferred_weights == "truncated":
+            samples = samples.importance_weighted(old_logp, rollout.logp)
+        return samples
 
     def _behaviour_logp(self, rollout: Rollout) -> torch.Tensor:
         """Stored log-probs, with the rows an earlier policy played re-scored by this one."""
