@@ -308,7 +308,7 @@ def test_update_terms_hand_the_loss_a_penalty_only_where_a_head_has_bounds() -> 
     for space, bounded in spaces:
         policy = Policy(obs_space, space, (8,))
         action = policy.act(obs, greedy=False, generator=_gen(0))
-        *_, penalty = policy.update_terms(obs, action)
+        _, _, penalty, _ = policy.update_terms(obs, action)
         assert (penalty is not None) is bounded, space
         if penalty is not None:
             assert penalty.shape == (3,)
@@ -331,7 +331,8 @@ def test_update_terms_are_log_prob_entropy_and_the_bound_penalty_of_one_forward(
     policy = Policy(gym.spaces.Box(-1.0, 1.0, (4,), np.float32), BOX, (8,), "tanh")
     obs = torch.randn(16, 4, generator=_gen(3))
     action = torch.randn(16, *BOX.shape, generator=_gen(4))
-    logp, entropy, penalty = policy.update_terms(obs, action)
+    logp, entropy, penalty, value = policy.update_terms(obs, action)
+    assert value is None  # no critic
     expected = policy.log_prob_entropy(obs, action)
     assert torch.equal(logp, expected[0]) and torch.equal(entropy, expected[1])
     assert torch.equal(penalty, policy.head.bound_penalty(policy(obs)))

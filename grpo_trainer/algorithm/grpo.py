@@ -98,12 +98,14 @@ class GRPO:
         forward = self.collective.data_parallel(self.policy)
         self.loss = Compiled(functools.partial(calls.loss, forward), on, "loss", mode)
         self.log_prob = calls.log_prob
+        self.values = calls.values if cfg.value_coef > 0 else None  # the critic's, if any
         # On the CPU the passes cost what they compute, and most rows of a sparse reward's
         # early updates weigh 0 (docs/performance.md, "Rows that weigh nothing"). Finding
         # them reads a count, a host sync on a GPU, where the passes are launch-bound: there
         # every row is kept, and the update's shapes stay fixed.
         self.drop_flat_rows = self.device.type == "cpu"
-        self.penalised = cfg.mean_bound_coef > 0 and self.policy.head.bounded  # rows_to_train
+        # rows_to_train: a bound penalty or a critic learns from every valid row
+        self.penalised = (cfg.mean_bound_coef > 0 and self.policy.head.bounded) or bool(self.values)
         self.update_index = 0
         self.env_steps = 0
         self.train_s = 0.0
@@ -147,8 +149,9 @@ class GRPO:
         learn_start = Clock(self.device)
         lr = self._follow_schedules()
 
-        # Compare: each step's return against its group's at the same step.
-        adv = self.advantages(rollout)
+        # Compare: each step's return (with a critic, its GAE) against its group's at the
+        # same step.
+        adv = self.advantages(rollout, self._values(rollout))
 
         # Optimise: per trust region (the whole batch, unless it holds more than
         # `anchor_samples`), epochs of shuffled minibatches of `minibatch_size` samples.
@@ -203,7 +206,7 @@ class GRPO:
             rows = part.rows(index)
             out = self.loss(
                 *(rows.obs, rows.actions, rows.old_logp, rows.advantages, rows.weights),
-                *(rows.valid, normaliser),
+                *(rows.valid, normaliser, rows.value_targets),
             )
             step.backward(out.loss)
             loss_terms += torch.stack([t.detach().float() for t in out])
@@ -220,6 +223,13 @@ class GRPO:
         if self.config.deferred_weights == "truncated":
             samples = samples.importance_weighted(old_logp, rollout.logp)
         return samples
+
+    def _values(self, rollout: Rollout) -> torch.Tensor | None:
+        """The critic's values of every played row, look-ahead included (None: no critic)."""
+        if self.values is None:
+            return None
+        played = rollout.played_obs
+        return self.values(played.flatten(0, 1)).view(played.shape[0], -1)
 
     def _behaviour_logp(self, rollout: Rollout) -> torch.Tensor:
         """Stored log-probs, with the rows an earlier policy played re-scored by this one."""

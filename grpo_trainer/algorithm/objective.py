@@ -2,10 +2,11 @@
 
 `ρ = exp(log π(a|s) − log π_old(a|s))`, `w` the sample weight, `N` the normaliser:
 
-    L = −Σ w·S / N + β·Σ w·KL₃ / N − c_H·Σ w·H / N + c_B·Σ v·B / N
+    L = −Σ w·S / N + β·Σ w·KL₃ / N − c_H·Σ w·H / N + c_B·Σ v·B / N + c_V·Σ v·(V − R)² / N
     S = min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A), and max(S, c·A) where A < 0 (dual clip)
 
-with `v` the sample's validity and `B` the head's penalty on a mean past the action bounds.
+with `v` the sample's validity, `B` the head's penalty on a mean past the action bounds, and
+`V` a critic's value (where `value_coef` c_V > 0) regressed on its target `R`.
 The dual clip (Ye et al., 2020, "Mastering Complex Control in MOBA Games with Deep
 Reinforcement Learning"; off by default) bounds what a step the group ranks low can cost
 when its ratio has risen far: without it that loss grows with ρ, a few such steps steer the
@@ -38,6 +39,7 @@ class LossTerms(NamedTuple):
     clip_fraction: torch.Tensor
     approx_kl_old: torch.Tensor  # k3 KL(new || rollout policy), a step-size diagnostic
     mean_bound: torch.Tensor  # the bound penalty's mean over valid samples (before c_B)
+    value_loss: torch.Tensor  # the critic's squared error over valid samples (before c_V)
 
 
 def grpo_loss(
@@ -57,6 +59,9 @@ def grpo_loss(
     bound_penalty: torch.Tensor | None,
     valid: torch.Tensor,
     bound_coef: float,
+    value: torch.Tensor | None = None,
+    value_target: torch.Tensor | None = None,
+    value_coef: float = 0.0,
 ) -> LossTerms:
     """Clipped surrogate with asymmetric clip, k3 KL, entropy bonus and bound penalty. Sums
     are divided by `normaliser` (the trust region's valid samples per minibatch), so every
@@ -66,7 +71,9 @@ def grpo_loss(
     a Gaussian mean drifts past a bound exactly where every member of a group is clipped
     alike, and those group steps have no spread, so weight 0. The penalty is what pulls
     them back, so it counts on every valid sample. `bound_penalty` None: the head has no
-    finite bounds, and `mean_bound` is reported as 0."""
+    finite bounds, and `mean_bound` is reported as 0. The critic's error counts on every
+    valid sample for the same reason: a state is worth learning whether or not its group
+    disagreed. `value` None: no critic, and `value_loss` is reported as 0."""
     ratio = torch.exp((logp - old_logp).clamp_max(MAX_LOG_RATIO))
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     surrogate = torch.minimum(ratio * advantages, clipped * advantages)
@@ -90,8 +97,14 @@ def grpo_loss(
         loss = loss + bound_coef * mean_bound
     else:
         mean_bound = torch.zeros_like(policy_loss)
+    if value is not None and value_target is not None:
+        value_loss = ((value.float() - value_target) ** 2 * valid).sum() / normaliser
+        loss = loss + value_coef * value_loss
+    else:
+        value_loss = torch.zeros_like(policy_loss)
     clip_fraction = mean(((ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)).to(logp.dtype))
     approx_kl_old = mean(k3_kl(logp, old_logp).detach())
     return LossTerms(
-        loss, policy_loss, kl, entropy_mean, clip_fraction, approx_kl_old, mean_bound.detach()
+        *(loss, policy_loss, kl, entropy_mean, clip_fraction, approx_kl_old),
+        *(mean_bound.detach(), value_loss.detach()),
     )

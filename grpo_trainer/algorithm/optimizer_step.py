@@ -31,12 +31,16 @@ class Samples(NamedTuple):
     advantages: torch.Tensor
     weights: torch.Tensor  # 1 for valid samples of group steps with spread, else 0
     valid: torch.Tensor  # 1 where the step belongs to an episode that counts
+    value_targets: torch.Tensor | None = None  # the critic's targets (None: no critic)
 
     @classmethod
     def of(cls, rollout: Rollout, old_logp: torch.Tensor, adv: Advantages) -> Samples:
         valid = rollout.valid[: rollout.obs.shape[0]].to(adv.weights.dtype)
         columns = (rollout.obs, rollout.actions, old_logp, adv.advantages, adv.weights, valid)
-        return cls(*(t.flatten(0, 1) for t in columns))
+        targets = adv.value_targets
+        return cls(
+            *(t.flatten(0, 1) for t in columns), None if targets is None else targets.flatten()
+        )
 
     def importance_weighted(self, logp: torch.Tensor, played_logp: torch.Tensor) -> Samples:
         """The samples with each weight times min(1, π(a|s) / π_played(a|s)): `logp` is the
@@ -58,7 +62,7 @@ class Samples(NamedTuple):
 
     def rows(self, index: torch.Tensor) -> Samples:
         """The samples at `index` (index_select: faster than x[index] on the CPU)."""
-        return Samples(*(t.index_select(0, index) for t in self))
+        return Samples(*(None if t is None else t.index_select(0, index) for t in self))
 
     def rows_to_train(self, penalised: bool) -> torch.Tensor:
         """Which rows a minibatch keeps where `GRPO.drop_flat_rows`: not those whose every

@@ -6,6 +6,7 @@ action type. `AutocastPolicy` is the policy as the trainer runs it: sampling, sc
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from typing import Any
@@ -291,6 +292,21 @@ class _ChannelsFirst(nn.Module):
         return x.permute(0, 3, 1, 2)
 
 
+UpdateTerms = tuple[Tensor, Tensor, Tensor | None, Tensor | None]
+
+
+def _fresh_copy(layers: list[nn.Module]) -> nn.Sequential:
+    """`layers` again with weights of their own, initialised as the policy's encoder is."""
+    encoder = copy.deepcopy(nn.Sequential(*layers))
+    for layer in encoder.modules():
+        if isinstance(layer, nn.Linear):
+            nn.init.orthogonal_(layer.weight, math.sqrt(2))
+            nn.init.zeros_(layer.bias)
+        elif isinstance(layer, nn.Conv2d):
+            layer.reset_parameters()
+    return encoder
+
+
 class Policy(nn.Module):
     """Encoder (MLP, or a small CNN for images) followed by an action head. No dropout."""
 
@@ -303,6 +319,7 @@ class Policy(nn.Module):
         cnn_channels: tuple[int, ...] = (16, 32),
         noise_correlation: float = 0.0,
         logit_cap: float | None = None,
+        critic: str | None = None,
     ) -> None:
         super().__init__()
         act = {"tanh": Tanh, "relu": functools.partial(nn.ReLU, inplace=True)}[activation]
@@ -339,13 +356,45 @@ class Policy(nn.Module):
         nn.init.orthogonal_(out.weight, 0.01)  # near-uniform initial policy
         nn.init.zeros_(out.bias)
         self.body = nn.Sequential(*layers, out)
+        # The critic (GRPOConfig.value_coef > 0): a value per observation, from an encoder of
+        # its own ("separate", as PureJaxRL's PPO) or from the policy's ("shared").
+        self.critic: nn.Sequential | None = None
+        self.value_out: nn.Linear | None = None
+        if critic is not None:
+            value_out = nn.Linear(in_dim, 1)
+            nn.init.orthogonal_(value_out.weight, 1.0)
+            nn.init.zeros_(value_out.bias)
+            if critic == "separate":
+                self.critic = _fresh_copy(layers)
+            self.value_out = value_out
+
+    def _inputs(self, obs: Tensor) -> Tensor:
+        x = obs.to(torch.float32)
+        return x * self.scale if self.scale != 1.0 else x
+
+    def _features(self, x: Tensor) -> Tensor:
+        """The policy's encoder: every layer of `body` but the last."""
+        for layer in self.body[:-1]:
+            x = layer(x)
+        return x
 
     def forward(self, obs: Tensor) -> Tensor:
         """Distribution parameters for a batch of observations (any stored dtype)."""
-        x = obs.to(torch.float32)
-        if self.scale != 1.0:
-            x = x * self.scale
-        return self.body(x)
+        return self.body[-1](self._features(self._inputs(obs)))
+
+    def values(self, obs: Tensor) -> Tensor:
+        """The critic's value of each observation (GRPOConfig.value_coef > 0)."""
+        return self._value(self._inputs(obs), None)
+
+    def _value(self, x: Tensor, features: Tensor | None) -> Tensor:
+        """The value from the inputs `x`, or from the policy's `features` where shared."""
+        if self.value_out is None:
+            raise RuntimeError("this policy has no critic (GRPOConfig.value_coef is 0)")
+        if self.critic is not None:
+            features = self.critic(x)
+        elif features is None:
+            features = self._features(x)
+        return self.value_out(features).squeeze(-1)
 
     def sample(self, obs: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
         return self.head.sample(self(obs), noise)
@@ -364,12 +413,17 @@ class Policy(nn.Module):
     def log_prob_entropy(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         return self.head.log_prob_entropy(self(obs), action)
 
-    def update_terms(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-        """The update's forward: log-probs, entropies and bound penalties, from one pass
-        (None for a head without finite bounds, whose penalty is always 0)."""
-        params = self(obs)
+    def update_terms(self, obs: Tensor, action: Tensor) -> UpdateTerms:
+        """The update's forward: log-probs, entropies, bound penalties (None for a head
+        without finite bounds, whose penalty is always 0) and values (None without a critic),
+        from one pass."""
+        x = self._inputs(obs)
+        features = self._features(x)
+        params = self.body[-1](features)
         logp, entropy = self.head.log_prob_entropy(params, action)
-        return logp, entropy, self.head.bound_penalty(params) if self.head.bounded else None
+        penalty = self.head.bound_penalty(params) if self.head.bounded else None
+        value = None if self.value_out is None else self._value(x, features)
+        return logp, entropy, penalty, value
 
 
 def build_policy(
@@ -384,6 +438,7 @@ def build_policy(
         config.cnn_channels,
         config.noise_correlation,
         config.logit_cap,
+        config.critic if config.value_coef > 0 else None,
     )
 
 
@@ -408,6 +463,12 @@ class AutocastPolicy:
             return self.policy.sample(obs, noise)
 
     @torch.no_grad()
+    def values(self, obs: Tensor) -> Tensor:
+        """The critic's float32 values of `obs`."""
+        with autocast(self.amp, self.device):
+            return self.policy.values(obs).float()
+
+    @torch.no_grad()
     def log_prob(self, obs: Tensor, actions: Tensor) -> Tensor:
         """The current policy's float32 log-probs of `actions`: the anchor of a clipped ratio."""
         with autocast(self.amp, self.device):
@@ -424,12 +485,13 @@ class AutocastPolicy:
         weights: Tensor,
         valid: Tensor,
         normaliser: Tensor,
+        value_target: Tensor | None = None,
     ) -> LossTerms:
         """One minibatch's loss terms; `update_terms` is `Policy.update_terms` (DDP's, if
         any)."""
         cfg = self.config
         with autocast(self.amp, self.device):
-            logp, entropy, bound_penalty = update_terms(obs, actions)
+            logp, entropy, bound_penalty, value = update_terms(obs, actions)
             ref_logp = None
             if self.reference is not None:
                 with torch.no_grad():
@@ -450,4 +512,7 @@ class AutocastPolicy:
             bound_penalty=bound_penalty,
             valid=valid,
             bound_coef=cfg.mean_bound_coef,
+            value=value,
+            value_target=value_target,
+            value_coef=cfg.value_coef,
         )

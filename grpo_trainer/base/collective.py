@@ -13,7 +13,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-UpdateTerms = Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
+# log-probs, entropies, bound penalties and values (Policy.update_terms)
+Terms = tuple[Tensor, Tensor, Tensor | None, Tensor | None]
+UpdateTerms = Callable[[Tensor, Tensor], Terms]
 
 
 class Collective:
@@ -140,5 +142,5 @@ class _UpdateTerms(nn.Module):
         super().__init__()
         self.policy = policy
 
-    def forward(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(self, obs: Tensor, actions: Tensor) -> Terms:
         return self.policy.update_terms(obs, actions)  # type: ignore[operator]

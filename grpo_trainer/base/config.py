@@ -129,6 +129,7 @@ def lr_for(minibatch_size: int, max_lr: float = math.inf) -> float:
 RolloutMode = Literal["windowed", "episodes"]
 AdvantageMode = Literal["per_step", "outcome"]
 ScaleMode = Literal["group_std", "batch_std", "none"]
+CriticMode = Literal["separate", "shared"]
 DeferredWeights = Literal["none", "truncated"]
 Schedule = Literal["constant", "linear", "cosine"]
 Activation = Literal["tanh", "relu"]
@@ -352,6 +353,15 @@ class GRPOConfig:
     zero_std_eps: float = _field(
         1e-6, "a group step whose returns spread no more than this carries no signal (weight 0)"
     )
+    value_coef: float = _field(
+        0.0,
+        "weight of a critic's squared error; > 0 adds a critic, and the group compares "
+        "GAE(gae_lambda) advantages instead of returns-to-go (0: no critic)",
+    )
+    gae_lambda: float = _field(0.95, "value_coef > 0: GAE's lambda (1: Monte Carlo returns)")
+    critic: CriticMode = _field(
+        "shared", "value_coef > 0: 'shared' (the policy's encoder) or 'separate' (one of its own)"
+    )
     # -- loss and optimiser --
     clip_low: float = _field(0.2, "ratio clip below: 1 - clip_low")
     clip_high: float = _field(0.28, "ratio clip above: 1 + clip_high (DAPO's clip-higher)")
@@ -455,7 +465,8 @@ class GRPOConfig:
         _check_float(self, "clip_low", 0.0, 1.0, low_open=True, high_open=True)
         _check_float(self, "clip_high", 0.0, math.inf, low_open=True)
         _check_float(self, "dual_clip", 1.0, math.inf, low_open=True, optional=True)
-        for name in ("zero_std_eps", "kl_coef", "entropy_coef", "mean_bound_coef"):
+        _check_float(self, "gae_lambda", 0.0, 1.0)
+        for name in ("zero_std_eps", "kl_coef", "entropy_coef", "mean_bound_coef", "value_coef"):
             _check_float(self, name, 0.0, math.inf)
         _check_float(self, "logit_cap", 0.0, math.inf, low_open=True, optional=True)
         _check_float(self, "max_grad_norm", 0.0, math.inf, low_open=True)
@@ -465,6 +476,10 @@ class GRPOConfig:
             raise ValueError(
                 "advantage='outcome' compares whole-episode returns: it needs "
                 "rollout='episodes' (windowed rollouts compare returns-to-go per step)"
+            )
+        if self.value_coef > 0 and self.advantage == "outcome":
+            raise ValueError(
+                "value_coef > 0 compares per-step GAE advantages: it needs advantage='per_step'"
             )
         if not isinstance(self.run, RunConfig):
             raise ValueError(f"run must be a RunConfig, got {self.run!r}")

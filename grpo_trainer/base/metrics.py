@@ -112,6 +112,11 @@ METRICS: dict[str, Metric] = {
         "mean_bound_coef; 0 for discrete actions)",
         "{:.4f}",
     ),
+    "value_loss": Metric(
+        "mean",
+        "the critic's squared error per valid sample (before value_coef; 0 without a critic)",
+        "{:.4f}",
+    ),
     "grad_norm": Metric("max", "global gradient norm before clipping", "{:.3f}"),
     "skipped_steps": Metric(
         "max", "optimiser steps skipped for a non-finite loss or gradient", "{:.0f}"

@@ -99,6 +99,7 @@ class Rollout(NamedTuple):
     length_max: torch.Tensor  # () longest current episode (episodes mode: its horizon)
     earlier_policy_rows: int  # leading trained rows played by the policy of an earlier update
     window: int  # how many rows ahead a step's return may look
+    played_obs: torch.Tensor  # (rows, B, ...) every row's observation (a critic values all)
 
 
 def rollout_view(buffer: RolloutBuffer, runner: EpisodeRunner, rows: int, window: int) -> Rollout:
@@ -115,6 +116,7 @@ def rollout_view(buffer: RolloutBuffer, runner: EpisodeRunner, rows: int, window
         runner.lengths.max(),
         min(buffer.lookahead_rows, trained),
         window,
+        buffer.obs[:rows],
     )
 
 

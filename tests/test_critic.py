@@ -1,0 +1,174 @@
+"""The critic (`value_coef > 0`): GAE(λ) advantages compared within the group, the critic's
+squared error in the loss, its encoder of its own or the policy's, and its checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import pytest
+import torch
+
+import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
+from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
+from grpo_trainer.algorithm.advantages import gae, group_relative, windowed_returns
+from grpo_trainer.algorithm.policy import build_policy
+from grpo_trainer.base import checkpoint
+from grpo_trainer.envs import make_envs
+
+
+def test_gae_by_hand() -> None:
+    """Three rows of one sub-env, a cut after the second: the cut ends the bootstrap and the
+    sum, and the last row bootstraps from nothing."""
+    rewards = torch.tensor([[1.0], [0.0], [2.0]])
+    values = torch.tensor([[0.5], [1.0], [0.0]])
+    cut = torch.tensor([[False], [True], [False]])
+    adv, targets = gae(rewards, cut, values, rows=2, gamma=0.9, lam=0.8)
+    # row 1: 0 - 1.0 (no bootstrap past the cut); row 0: 1 + 0.9 * 1.0 - 0.5 + 0.72 * (-1)
+    assert adv[:, 0].tolist() == pytest.approx([0.68, -1.0])
+    assert targets[:, 0].tolist() == pytest.approx([1.18, 0.0])
+
+
+def test_gae_with_lambda_one_and_no_values_is_the_discounted_return() -> None:
+    generator = torch.Generator().manual_seed(0)
+    rewards = torch.randn(40, 6, generator=generator)
+    cut = torch.rand(40, 6, generator=generator) < 0.1
+    adv, targets = gae(rewards, cut, torch.zeros(40, 6), rows=25, gamma=0.97, lam=1.0)
+    expected = windowed_returns(rewards, cut, rows=25, window=40, gamma=0.97)
+    torch.testing.assert_close(adv, expected)
+    torch.testing.assert_close(targets, expected)
+
+
+def _space() -> tuple[gym.Space, gym.Space]:
+    return gym.spaces.Box(0.0, 1.0, (5,)), gym.spaces.Discrete(3)
+
+
+@pytest.mark.parametrize("critic", ["separate", "shared"])
+def test_a_separate_critic_has_an_encoder_of_its_own(critic: str) -> None:
+    policy = build_policy(GRPOConfig(value_coef=0.5, critic=critic), *_space())  # type: ignore[arg-type]
+    obs = torch.rand(7, 5)
+    before = policy.values(obs)
+    assert before.shape == (7,)
+    with torch.no_grad():
+        policy.body[1].weight.mul_(3.0)  # the policy's first layer
+    moved = not torch.equal(policy.values(obs), before)
+    assert moved == (critic == "shared")
+
+
+def test_without_a_critic_the_network_is_the_policy_alone() -> None:
+    plain = build_policy(GRPOConfig(), *_space())
+    assert all(name.startswith("body.") for name in plain.state_dict())
+    with pytest.raises(RuntimeError, match="no critic"):
+        plain.values(torch.rand(2, 5))
+
+
+def _trainer(**overrides: Any) -> GRPOTrainer:
+    config = GRPOConfig(
+        **{
+            "num_groups": 4,
+            "group_size": 4,
+            "hidden_sizes": (16,),
+            "rollout_steps": 8,
+            "window": 16,
+            "epochs": 2,
+            "minibatch_size": 64,
+            "value_coef": 0.5,
+            "run": RunConfig(progress=False, device="cpu", compile=False, seed=3),
+            **overrides,
+        }
+    )
+    return GRPOTrainer(make_envs(config, config.num_envs, torch.device("cpu")), config)
+
+
+def test_the_update_compares_the_critics_gae_and_regresses_it_on_its_targets() -> None:
+    """What reaches the loss: the group-relative GAE of the critic's values of every played
+    row (look-ahead included), at the update's start, and GAE plus value as the target."""
+    trainer = _trainer()
+    for _ in range(3):
+        trainer.update()
+    rollout = trainer.collect()
+    cfg = trainer.config
+    with torch.no_grad():
+        played = rollout.played_obs
+        assert played.shape[0] == rollout.rewards.shape[0] > rollout.obs.shape[0]
+        values = trainer.policy.values(played.flatten(0, 1)).view(played.shape[0], -1)
+    rows = rollout.obs.shape[0]
+    adv, targets = gae(
+        rollout.rewards, rollout.cut, values, rows=rows, gamma=cfg.gamma, lam=cfg.gae_lambda
+    )
+    trained = rollout.valid[:rows]
+    expected = group_relative(
+        adv, trained, trained, cfg.group_size, scale=cfg.scale, zero_std_eps=cfg.zero_std_eps
+    )
+    seen: list[tuple[torch.Tensor, ...]] = []
+    loss = trainer.loss
+
+    def recording(*args: Any) -> Any:
+        seen.append((args[3], args[7]))  # advantages, value targets
+        return loss(*args)
+
+    trainer.loss = recording  # type: ignore[assignment]
+    trainer.learn(rollout)
+    first_epoch = seen[: len(seen) // cfg.epochs]
+    got_adv = torch.cat([a for a, _ in first_epoch])
+    got_targets = torch.cat([t for _, t in first_epoch])
+    assert got_adv.numel() == got_targets.numel() == trained.numel()  # every valid row
+    torch.testing.assert_close(got_adv.sort().values, expected.advantages.flatten().sort().values)
+    torch.testing.assert_close(got_targets.sort().values, targets.flatten().sort().values)
+
+
+def test_the_critic_learns_the_value() -> None:
+    """With λ = 1 the targets are the discounted returns, whatever the values: learning one
+    rollout again and again, the critic's error on it falls."""
+    trainer = _trainer(gae_lambda=1.0)
+    for _ in range(2):
+        trainer.update()
+    rollout = trainer.collect()
+    losses = [trainer.learn(rollout).metrics["value_loss"] for _ in range(30)]
+    assert losses == sorted(losses, reverse=True)  # every pass lowers it
+    assert losses[-1] < 0.7 * losses[0]
+
+
+def test_without_a_critic_the_value_loss_is_zero() -> None:
+    trainer = _trainer(value_coef=0.0)
+    assert trainer.update()["value_loss"] == 0.0
+
+
+def test_exact_resume_with_a_critic(tmp_path: Path) -> None:
+    original = _trainer()
+    for _ in range(2):
+        original.update()
+    path = tmp_path / "k.pt"
+    checkpoint.atomic_save(original.state_dict(), path)
+    expected = [original.update()["value_loss"] for _ in range(2)]
+    resumed = _trainer(run=RunConfig(progress=False, device="cpu", compile=False, seed=3))
+    resumed.load(path)
+    assert [resumed.update()["value_loss"] for _ in range(2)] == expected
+    for a, b in zip(original.policy.parameters(), resumed.policy.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_checkpoint_without_a_critic_does_not_load_into_one(tmp_path: Path) -> None:
+    plain = _trainer(value_coef=0.0)
+    path = tmp_path / "plain.pt"
+    checkpoint.atomic_save(plain.state_dict(), path)
+    with pytest.raises(checkpoint.CheckpointError):
+        _trainer().load(path)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"value_coef": -0.5}, "value_coef"),
+        ({"gae_lambda": 1.5}, "gae_lambda"),
+        ({"critic": "twin"}, "critic"),
+        (
+            {"value_coef": 0.5, "rollout": "episodes", "advantage": "outcome"},
+            "value_coef > 0 compares per-step GAE",
+        ),
+    ],
+)
+def test_the_config_refuses_a_bad_critic(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        GRPOConfig(**fields)
