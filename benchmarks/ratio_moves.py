@@ -66,7 +66,7 @@ def _moves(
         rollout = trainer.collect()
         with torch.no_grad():  # the update's own samples, copied before `learn` reuses them
             samples = trainer.trained_samples(rollout, trainer.advantages(rollout))
-            samples = Samples(*(t.clone() for t in samples))
+            samples = Samples(*(None if t is None else t.clone() for t in samples))
         metrics = trainer.learn(rollout).metrics
         with torch.no_grad():
             new = torch.cat(

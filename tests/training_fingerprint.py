@@ -89,13 +89,18 @@ CHANGED_RUN = {"eval_every": (None, 250_000)}
 # gradient to a discrete head's loss, and to Pendulum's here, whose mean stays inside its
 # bounds over these updates: its default does what the reference did. dual_clip is off by
 # default, and the log-ratio cap binds only past e^20, which no case here reaches. logit_cap
-# is off by default: a head without it computes its logits as before.
+# is off by default: a head without it computes its logits as before. value_coef is 0 by
+# default: no critic, so the network, the advantages and the loss are the reference's
+# (gae_lambda and critic then shape nothing).
 ADDED = {
     "branch_complete": False,
     "mean_bound_coef": 1.0,
     "dual_clip": None,
     "logit_cap": None,
     "deferred_weights": "none",
+    "value_coef": 0.0,
+    "gae_lambda": 0.95,
+    "critic": "shared",
 }
 # Algorithm fields added since whose default changes training: the newer tree is given the
 # value that does what the reference did. deferred_weights="truncated" (the default since
@@ -110,8 +115,9 @@ ADDED_AS_REFERENCE = {"deferred_weights": "none"}
 # had 0.5, now runs its Gaussian head on independent noise (trained as before);
 # tests/test_policy.py checks the correlated noise's draws, log-probs and shift.
 CHANGED = {"noise_correlation": (0.95, 0.0)}
-# Metrics added since (the bound penalty's mean): dropped from the newer tree's rows.
-ADDED_METRICS = ("mean_bound",)
+# Metrics added since (the bound penalty's mean, the critic's error): dropped from the newer
+# tree's rows.
+ADDED_METRICS = ("mean_bound", "value_loss")
 
 
 def _digest(value: Any) -> str:

@@ -104,8 +104,8 @@ class GRPO:
         # them reads a count, a host sync on a GPU, where the passes are launch-bound: there
         # every row is kept, and the update's shapes stay fixed.
         self.drop_flat_rows = self.device.type == "cpu"
-        # rows_to_train: a bound penalty or a critic learns from every valid row
-        self.penalised = (cfg.mean_bound_coef > 0 and self.policy.head.bounded) or bool(self.values)
+        bounded = cfg.mean_bound_coef > 0 and self.policy.head.bounded
+        self.penalised = bounded or cfg.value_coef > 0  # rows_to_train: they learn every row
         self.update_index = 0
         self.env_steps = 0
         self.train_s = 0.0
@@ -151,7 +151,7 @@ class GRPO:
 
         # Compare: each step's return (with a critic, its GAE) against its group's at the
         # same step.
-        adv = self.advantages(rollout, self._values(rollout))
+        adv = self.advantages(rollout, self.values(rollout.played_obs) if self.values else None)
 
         # Optimise: per trust region (the whole batch, unless it holds more than
         # `anchor_samples`), epochs of shuffled minibatches of `minibatch_size` samples.
@@ -223,13 +223,6 @@ class GRPO:
         if self.config.deferred_weights == "truncated":
             samples = samples.importance_weighted(old_logp, rollout.logp)
         return samples
-
-    def _values(self, rollout: Rollout) -> torch.Tensor | None:
-        """The critic's values of every played row, look-ahead included (None: no critic)."""
-        if self.values is None:
-            return None
-        played = rollout.played_obs
-        return self.values(played.flatten(0, 1)).view(played.shape[0], -1)
 
     def _behaviour_logp(self, rollout: Rollout) -> torch.Tensor:
         """Stored log-probs, with the rows an earlier policy played re-scored by this one."""

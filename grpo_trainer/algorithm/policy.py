@@ -463,10 +463,11 @@ class AutocastPolicy:
             return self.policy.sample(obs, noise)
 
     @torch.no_grad()
-    def values(self, obs: Tensor) -> Tensor:
-        """The critic's float32 values of `obs`."""
+    def values(self, rows: Tensor) -> Tensor:
+        """The critic's float32 values of `(rows, B, ...)` observations, `(rows, B)`."""
         with autocast(self.amp, self.device):
-            return self.policy.values(obs).float()
+            values = self.policy.values(rows.flatten(0, 1)).float()
+        return values.view(rows.shape[:2])
 
     @torch.no_grad()
     def log_prob(self, obs: Tensor, actions: Tensor) -> Tensor:

@@ -354,9 +354,7 @@ class GRPOConfig:
         1e-6, "a group step whose returns spread no more than this carries no signal (weight 0)"
     )
     value_coef: float = _field(
-        0.0,
-        "weight of a critic's squared error; > 0 adds a critic, and the group compares "
-        "GAE(gae_lambda) advantages instead of returns-to-go (0: no critic)",
+        0.0, "weight of a critic's squared error; > 0 adds a critic, whose GAE the group compares"
     )
     gae_lambda: float = _field(0.95, "value_coef > 0: GAE's lambda (1: Monte Carlo returns)")
     critic: CriticMode = _field(
@@ -465,22 +463,13 @@ class GRPOConfig:
         _check_float(self, "clip_low", 0.0, 1.0, low_open=True, high_open=True)
         _check_float(self, "clip_high", 0.0, math.inf, low_open=True)
         _check_float(self, "dual_clip", 1.0, math.inf, low_open=True, optional=True)
-        _check_float(self, "gae_lambda", 0.0, 1.0)
         for name in ("zero_std_eps", "kl_coef", "entropy_coef", "mean_bound_coef", "value_coef"):
             _check_float(self, name, 0.0, math.inf)
         _check_float(self, "logit_cap", 0.0, math.inf, low_open=True, optional=True)
         _check_float(self, "max_grad_norm", 0.0, math.inf, low_open=True)
         _check_float(self, "lr", 0.0, math.inf, low_open=True)
         _check_layer_sizes(self)
-        if self.advantage == "outcome" and self.rollout == "windowed":
-            raise ValueError(
-                "advantage='outcome' compares whole-episode returns: it needs "
-                "rollout='episodes' (windowed rollouts compare returns-to-go per step)"
-            )
-        if self.value_coef > 0 and self.advantage == "outcome":
-            raise ValueError(
-                "value_coef > 0 compares per-step GAE advantages: it needs advantage='per_step'"
-            )
+        _check_advantage(self)
         if not isinstance(self.run, RunConfig):
             raise ValueError(f"run must be a RunConfig, got {self.run!r}")
 
@@ -612,6 +601,20 @@ def _check_int(obj: object, name: str, *, minimum: int, optional: bool = False) 
         raise ValueError(f"{name} must be an int, got {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
+
+
+def _check_advantage(config: GRPOConfig) -> None:
+    """What a sample's advantage compares fits the rollout and the critic."""
+    _check_float(config, "gae_lambda", 0.0, 1.0)
+    if config.advantage == "outcome" and config.rollout == "windowed":
+        raise ValueError(
+            "advantage='outcome' compares whole-episode returns: it needs "
+            "rollout='episodes' (windowed rollouts compare returns-to-go per step)"
+        )
+    if config.value_coef > 0 and config.advantage == "outcome":
+        raise ValueError(
+            "value_coef > 0 compares per-step GAE advantages: it needs advantage='per_step'"
+        )
 
 
 def _check_float(
