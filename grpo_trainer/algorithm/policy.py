@@ -18,6 +18,7 @@ from torch import Generator, Tensor, nn
 
 from grpo_trainer.algorithm.objective import LossTerms, grpo_loss
 from grpo_trainer.base.accel import autocast
+from grpo_trainer.base.collective import Terms
 from grpo_trainer.base.config import GRPOConfig
 
 
@@ -292,9 +293,6 @@ class _ChannelsFirst(nn.Module):
         return x.permute(0, 3, 1, 2)
 
 
-UpdateTerms = tuple[Tensor, Tensor, Tensor | None, Tensor | None]
-
-
 def _fresh_copy(layers: list[nn.Module]) -> nn.Sequential:
     """`layers` again with weights of their own, initialised as the policy's encoder is."""
     encoder = copy.deepcopy(nn.Sequential(*layers))
@@ -413,7 +411,7 @@ class Policy(nn.Module):
     def log_prob_entropy(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         return self.head.log_prob_entropy(self(obs), action)
 
-    def update_terms(self, obs: Tensor, action: Tensor) -> UpdateTerms:
+    def update_terms(self, obs: Tensor, action: Tensor) -> Terms:
         """The update's forward: log-probs, entropies, bound penalties (None for a head
         without finite bounds, whose penalty is always 0) and values (None without a critic),
         from one pass."""
