@@ -12,7 +12,13 @@ import torch
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
-from grpo_trainer.algorithm.advantages import gae, group_relative, windowed_returns
+from grpo_trainer.algorithm.advantages import (
+    VALUE_VARIANCE_FLOOR,
+    gae,
+    group_relative,
+    value_weights,
+    windowed_returns,
+)
 from grpo_trainer.algorithm.policy import build_policy
 from grpo_trainer.base import checkpoint
 from grpo_trainer.envs import make_envs
@@ -42,6 +48,18 @@ def test_gae_with_lambda_one_and_no_values_is_the_discounted_return() -> None:
 
 def _space() -> tuple[gym.Space, gym.Space]:
     return gym.spaces.Box(0.0, 1.0, (5,)), gym.spaces.Discrete(3)
+
+
+def test_the_critics_error_is_weighed_by_the_variance_of_its_valid_targets() -> None:
+    targets = torch.tensor([[1.0, 3.0], [5.0, 100.0]])
+    valid = torch.tensor([[1.0, 1.0], [1.0, 0.0]])  # the 100 does not count
+    variance = torch.tensor([1.0, 3.0, 5.0]).var(unbiased=False)  # 8/3
+    torch.testing.assert_close(value_weights(targets, valid), valid / variance)
+    # scale-free: returns ten times larger weigh a hundred times less
+    torch.testing.assert_close(value_weights(10 * targets, valid), valid / (100 * variance))
+    # targets that barely vary are divided by the floor, not by nearly 0
+    flat = value_weights(torch.full((2, 2), 7.0) + 1e-4 * targets, valid)
+    torch.testing.assert_close(flat, valid / VALUE_VARIANCE_FLOOR)
 
 
 @pytest.mark.parametrize("critic", ["separate", "shared"])
@@ -83,7 +101,8 @@ def _trainer(**overrides: Any) -> GRPOTrainer:
 
 def test_the_update_compares_the_critics_gae_and_regresses_it_on_its_targets() -> None:
     """What reaches the loss: the group-relative GAE of the critic's values of every played
-    row (look-ahead included), at the update's start, and GAE plus value as the target."""
+    row (look-ahead included), at the update's start, GAE plus value as the target, and its
+    error weighed by the update's target variance."""
     trainer = _trainer()
     for _ in range(3):
         trainer.update()
@@ -105,17 +124,21 @@ def test_the_update_compares_the_critics_gae_and_regresses_it_on_its_targets() -
     loss = trainer.loss
 
     def recording(*args: Any) -> Any:
-        seen.append((args[3], args[7]))  # advantages, value targets
+        seen.append((args[3], args[7], args[8]))  # advantages, value targets and weights
         return loss(*args)
 
     trainer.loss = recording  # type: ignore[assignment]
     trainer.learn(rollout)
     first_epoch = seen[: len(seen) // cfg.epochs]
-    got_adv = torch.cat([a for a, _ in first_epoch])
-    got_targets = torch.cat([t for _, t in first_epoch])
+    got_adv, got_targets, got_weights = (
+        torch.cat(column) for column in zip(*first_epoch, strict=True)
+    )
     assert got_adv.numel() == got_targets.numel() == trained.numel()  # every valid row
     torch.testing.assert_close(got_adv.sort().values, expected.advantages.flatten().sort().values)
     torch.testing.assert_close(got_targets.sort().values, targets.flatten().sort().values)
+    weights = value_weights(targets, trained).flatten()
+    assert 0 < weights.max() < 1 / VALUE_VARIANCE_FLOOR  # the floor is not what divides here
+    torch.testing.assert_close(got_weights.sort().values, weights.sort().values)
 
 
 def test_the_critic_learns_the_value() -> None:

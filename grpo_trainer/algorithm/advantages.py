@@ -11,7 +11,8 @@ first `T` rows are trained, the rest are their look-ahead.
 * Outcome: `A[t, b] = (R[b] − mean_{j∈g(b)} R[j]) / scale`, `R` the episode return.
 * With a critic (`value_coef > 0`): GAE(λ) advantages `Â[t, b]` (Schulman et al., 2016) take
   the returns' place, `A[t, b] = (Â[t, b] − mean_{j∈g(b), valid[t, j]} Â[t, j]) / scale`, and
-  `Â + V` is the critic's target.
+  `Â + V` is the critic's target, and its squared error weighs `valid / max(Var[Â + V],
+  VALUE_VARIANCE_FLOOR)` (the variance over the update's valid samples, on every rank).
 * Scale: the group's std (GRPO), the batch std (REINFORCE++) or none (Dr. GRPO). A group
   step whose values spread by at most `zero_std_eps` gets weight 0 (`frac_zero_std`).
 """
@@ -28,6 +29,9 @@ from grpo_trainer.algorithm.rollout import Rollout
 from grpo_trainer.base.config import GRPOConfig
 
 EPS = 1e-8  # keeps a division by a zero std finite
+# The least target variance a critic's error is divided by: targets that barely vary (a
+# sparse reward before its first success) must not make a tiny error look large.
+VALUE_VARIANCE_FLOOR = 1e-2
 
 
 class Advantages(NamedTuple):
@@ -36,6 +40,7 @@ class Advantages(NamedTuple):
     zero_spread: Tensor  # (T, G) bool: group steps with valid members but no spread
     compared: Tensor  # (T, G) bool: group steps with at least one valid member
     value_targets: Tensor | None = None  # (T, B) the critic's targets (None: no critic)
+    value_weights: Tensor | None = None  # (T, B) its squared error's weights (None: no critic)
 
 
 def windowed_returns(
@@ -80,6 +85,21 @@ def gae(
         out[t] = running
         next_value = values[t]
     return out[:rows], (out + values)[:rows]
+
+
+def value_weights(
+    targets: Tensor, valid: Tensor, sum_over_ranks: Callable[[Tensor], Tensor] = lambda x: x
+) -> Tensor:
+    """The weight of the critic's squared error at each step: `valid / max(Var, floor)`, the
+    variance of the valid targets over the update (and every rank). Dividing by it makes the
+    critic's loss scale-free: on LunarLander, where returns run to the hundreds, the raw
+    squared error outweighed the clipped policy loss under the gradient clip and the policy
+    collapsed (docs/trainer.md, "A critic under PPO's seconds")."""
+    w, x = valid.to(torch.float64), targets.to(torch.float64)
+    moments = sum_over_ranks(torch.stack((w.sum(), (w * x).sum(), (w * x * x).sum())))
+    count = moments[0].clamp_min(1.0)
+    variance = moments[2] / count - (moments[1] / count) ** 2
+    return valid.to(targets.dtype) / variance.clamp_min(VALUE_VARIANCE_FLOOR).to(targets.dtype)
 
 
 def episode_returns(rewards: Tensor, valid: Tensor) -> Tensor:
@@ -184,6 +204,9 @@ def make_estimator(config: GRPOConfig, sum_over_ranks: Callable[[Tensor], Tensor
             zero_std_eps=config.zero_std_eps,
             sum_over_ranks=sum_over_ranks,
         )
-        return adv._replace(value_targets=targets)
+        if targets is None:
+            return adv
+        weights = value_weights(targets, trained, sum_over_ranks)
+        return adv._replace(value_targets=targets, value_weights=weights)
 
     return estimate

@@ -206,7 +206,7 @@ class GRPO:
             rows = part.rows(index)
             out = self.loss(
                 *(rows.obs, rows.actions, rows.old_logp, rows.advantages, rows.weights),
-                *(rows.valid, normaliser, rows.value_targets),
+                *(rows.valid, normaliser, rows.value_targets, rows.value_weights),
             )
             step.backward(out.loss)
             loss_terms += torch.stack([t.detach().float() for t in out])

@@ -2,11 +2,12 @@
 
 `ρ = exp(log π(a|s) − log π_old(a|s))`, `w` the sample weight, `N` the normaliser:
 
-    L = −Σ w·S / N + β·Σ w·KL₃ / N − c_H·Σ w·H / N + c_B·Σ v·B / N + c_V·Σ v·(V − R)² / N
+    L = −Σ w·S / N + β·Σ w·KL₃ / N − c_H·Σ w·H / N + c_B·Σ v·B / N + c_V·Σ u·(V − R)² / N
     S = min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A), and max(S, c·A) where A < 0 (dual clip)
 
 with `v` the sample's validity, `B` the head's penalty on a mean past the action bounds, and
-`V` a critic's value (where `value_coef` c_V > 0) regressed on its target `R`.
+`V` a critic's value (where `value_coef` c_V > 0) regressed on its target `R`, with weights
+`u = v / Var[R]` (`advantages.value_weights`: scale-free, whatever the returns' scale).
 The dual clip (Ye et al., 2020, "Mastering Complex Control in MOBA Games with Deep
 Reinforcement Learning"; off by default) bounds what a step the group ranks low can cost
 when its ratio has risen far: without it that loss grows with ρ, a few such steps steer the
@@ -39,7 +40,7 @@ class LossTerms(NamedTuple):
     clip_fraction: torch.Tensor
     approx_kl_old: torch.Tensor  # k3 KL(new || rollout policy), a step-size diagnostic
     mean_bound: torch.Tensor  # the bound penalty's mean over valid samples (before c_B)
-    value_loss: torch.Tensor  # the critic's squared error over valid samples (before c_V)
+    value_loss: torch.Tensor  # the critic's weighted squared error (before c_V): ~1 knows nothing
 
 
 def grpo_loss(
@@ -61,6 +62,7 @@ def grpo_loss(
     bound_coef: float,
     value: torch.Tensor | None = None,
     value_target: torch.Tensor | None = None,
+    value_weight: torch.Tensor | None = None,
     value_coef: float = 0.0,
 ) -> LossTerms:
     """Clipped surrogate with asymmetric clip, k3 KL, entropy bonus and bound penalty. Sums
@@ -73,7 +75,8 @@ def grpo_loss(
     them back, so it counts on every valid sample. `bound_penalty` None: the head has no
     finite bounds, and `mean_bound` is reported as 0. The critic's error counts on every
     valid sample for the same reason: a state is worth learning whether or not its group
-    disagreed. `value` None: no critic, and `value_loss` is reported as 0."""
+    disagreed; `value_weight` is its validity over the targets' variance. `value` None: no
+    critic, and `value_loss` is reported as 0."""
     ratio = torch.exp((logp - old_logp).clamp_max(MAX_LOG_RATIO))
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     surrogate = torch.minimum(ratio * advantages, clipped * advantages)
@@ -97,8 +100,8 @@ def grpo_loss(
         loss = loss + bound_coef * mean_bound
     else:
         mean_bound = torch.zeros_like(policy_loss)
-    if value is not None and value_target is not None:
-        value_loss = ((value.float() - value_target) ** 2 * valid).sum() / normaliser
+    if value is not None and value_target is not None and value_weight is not None:
+        value_loss = ((value.float() - value_target) ** 2 * value_weight).sum() / normaliser
         loss = loss + value_coef * value_loss
     else:
         value_loss = torch.zeros_like(policy_loss)

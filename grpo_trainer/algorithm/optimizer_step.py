@@ -32,14 +32,15 @@ class Samples(NamedTuple):
     weights: torch.Tensor  # 1 for valid samples of group steps with spread, else 0
     valid: torch.Tensor  # 1 where the step belongs to an episode that counts
     value_targets: torch.Tensor | None = None  # the critic's targets (None: no critic)
+    value_weights: torch.Tensor | None = None  # its squared error's weights (None: no critic)
 
     @classmethod
     def of(cls, rollout: Rollout, old_logp: torch.Tensor, adv: Advantages) -> Samples:
         valid = rollout.valid[: rollout.obs.shape[0]].to(adv.weights.dtype)
         columns = (rollout.obs, rollout.actions, old_logp, adv.advantages, adv.weights, valid)
-        targets = adv.value_targets
+        critic = (adv.value_targets, adv.value_weights)
         return cls(
-            *(t.flatten(0, 1) for t in columns), None if targets is None else targets.flatten()
+            *(t.flatten(0, 1) for t in columns), *(t if t is None else t.flatten() for t in critic)
         )
 
     def importance_weighted(self, logp: torch.Tensor, played_logp: torch.Tensor) -> Samples:

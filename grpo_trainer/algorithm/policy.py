@@ -485,6 +485,7 @@ class AutocastPolicy:
         valid: Tensor,
         normaliser: Tensor,
         value_target: Tensor | None = None,
+        value_weight: Tensor | None = None,
     ) -> LossTerms:
         """One minibatch's loss terms; `update_terms` is `Policy.update_terms` (DDP's, if
         any)."""
@@ -513,5 +514,6 @@ class AutocastPolicy:
             bound_coef=cfg.mean_bound_coef,
             value=value,
             value_target=value_target,
+            value_weight=value_weight,
             value_coef=cfg.value_coef,
         )

@@ -114,7 +114,8 @@ METRICS: dict[str, Metric] = {
     ),
     "value_loss": Metric(
         "mean",
-        "the critic's squared error per valid sample (before value_coef; 0 without a critic)",
+        "the critic's squared error per valid sample over its targets' variance (before "
+        "value_coef; 1: no better than their mean; 0 without a critic)",
         "{:.4f}",
     ),
     "grad_norm": Metric("max", "global gradient norm before clipping", "{:.3f}"),
