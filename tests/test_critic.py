@@ -101,17 +101,26 @@ def _trainer(**overrides: Any) -> GRPOTrainer:
 
 def test_the_update_compares_the_critics_gae_and_regresses_it_on_its_targets() -> None:
     """What reaches the loss: the group-relative GAE of the critic's values of every played
-    row (look-ahead included), at the update's start, GAE plus value as the target, and its
-    error weighed by the update's target variance."""
+    row (look-ahead included), GAE plus value as the target, and its error weighed by the
+    update's target variance. Each row is valued once, when an update first learns from it:
+    the rows carried from the last rollout keep the values that update's critic gave them,
+    and the rows played since get the current critic's."""
     trainer = _trainer()
     for _ in range(3):
         trainer.update()
-    rollout = trainer.collect()
     cfg = trainer.config
+    assert trainer.buffer.values is not None
+    carried = cfg.window - 1
+    earlier = trainer.buffer.values[-carried:].clone()  # the last update's look-ahead rows
+    rollout = trainer.collect()
+    played = rollout.played_obs
+    assert played.shape[0] == rollout.rewards.shape[0] == rollout.obs.shape[0] + carried
     with torch.no_grad():
-        played = rollout.played_obs
-        assert played.shape[0] == rollout.rewards.shape[0] > rollout.obs.shape[0]
-        values = trainer.policy.values(played.flatten(0, 1)).view(played.shape[0], -1)
+        fresh = trainer.policy.values(played[carried:].flatten(0, 1)).view(-1, cfg.num_envs)
+    values = torch.cat((earlier, fresh))
+    assert not torch.equal(
+        earlier, trainer.policy.values(played[:carried].flatten(0, 1)).view(carried, -1)
+    )
     rows = rollout.obs.shape[0]
     adv, targets = gae(
         rollout.rewards, rollout.cut, values, rows=rows, gamma=cfg.gamma, lam=cfg.gae_lambda

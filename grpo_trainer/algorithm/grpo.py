@@ -151,7 +151,8 @@ class GRPO:
 
         # Compare: each step's return (with a critic, its GAE) against its group's at the
         # same step.
-        adv = self.advantages(rollout, self.values(rollout.played_obs) if self.values else None)
+        values = self.values and self.buffer.critic_values(len(rollout.rewards), self.values)
+        adv = self.advantages(rollout, values)
 
         # Optimise: per trust region (the whole batch, unless it holds more than
         # `anchor_samples`), epochs of shuffled minibatches of `minibatch_size` samples.
