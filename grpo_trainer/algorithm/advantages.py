@@ -95,11 +95,19 @@ def value_weights(
     critic's loss scale-free: on LunarLander, where returns run to the hundreds, the raw
     squared error outweighed the clipped policy loss under the gradient clip and the policy
     collapsed (docs/trainer.md, "A critic under PPO's seconds")."""
-    w, x = valid.to(torch.float64), targets.to(torch.float64)
+    variance = _weighted_variance(targets, valid, sum_over_ranks)
+    return valid.to(targets.dtype) / variance.clamp_min(VALUE_VARIANCE_FLOOR).to(targets.dtype)
+
+
+def _weighted_variance(
+    x: Tensor, weights: Tensor, sum_over_ranks: Callable[[Tensor], Tensor]
+) -> Tensor:
+    """The float64 variance of `x` under `weights` (0/1 masks here), its moments summed over
+    ranks, so that it does not depend on how the batch is split."""
+    w, x = weights.double(), x.double()
     moments = sum_over_ranks(torch.stack((w.sum(), (w * x).sum(), (w * x * x).sum())))
     count = moments[0].clamp_min(1.0)
-    variance = moments[2] / count - (moments[1] / count) ** 2
-    return valid.to(targets.dtype) / variance.clamp_min(VALUE_VARIANCE_FLOOR).to(targets.dtype)
+    return moments[2] / count - (moments[1] / count) ** 2
 
 
 def episode_returns(rewards: Tensor, valid: Tensor) -> Tensor:
@@ -144,11 +152,7 @@ def group_relative(
     if scale == "group_std":
         centred = centred / (std.expand_as(grouped).flatten(-2) + EPS)
     elif scale == "batch_std":
-        w, x = weights.double(), centred.double()
-        moments = sum_over_ranks(torch.stack((w.sum(), (w * x).sum(), (w * x * x).sum())))
-        count = moments[0].clamp_min(1.0)
-        batch_mean = moments[1] / count
-        batch_std = (moments[2] / count - batch_mean**2).clamp_min(0.0).sqrt()
+        batch_std = _weighted_variance(centred, weights, sum_over_ranks).clamp_min(0.0).sqrt()
         centred = centred / (batch_std.to(centred.dtype) + EPS)
     elif scale != "none":
         raise ValueError(f"scale must be 'group_std', 'batch_std' or 'none', got {scale!r}")
