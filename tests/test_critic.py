@@ -113,7 +113,7 @@ def test_the_update_compares_the_critics_gae_and_regresses_it_on_its_targets() -
     carried = cfg.window - 1
     earlier = trainer.buffer.values[-carried:].clone()  # the last update's look-ahead rows
     rollout = trainer.collect()
-    played = rollout.played_obs
+    played = trainer.buffer.obs[: len(rollout.rewards)]  # every row, look-ahead included
     assert played.shape[0] == rollout.rewards.shape[0] == rollout.obs.shape[0] + carried
     with torch.no_grad():
         fresh = trainer.policy.values(played[carried:].flatten(0, 1)).view(-1, cfg.num_envs)

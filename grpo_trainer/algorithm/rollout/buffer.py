@@ -84,8 +84,8 @@ class RolloutBuffer:
         """The critic's values of the first `rows` rows, each row valued once, by `value_of`
         (the critic) of the first update that learns from it. The look-ahead rows carried from
         the last rollout keep the values they were given then, as PPO keeps the values of
-        collection time: only the rows played since are valued, 32 of MinAtar's 159 per update,
-        where valuing every row took a fifth of an update's time."""
+        collection time: only the rows played since are valued, 32 of MinAtar's 159 per update
+        (about 1.1x Breakout's env steps in the PPO peer's seconds: docs/trainer.md)."""
         assert self.values is not None, "a buffer without a critic stores no values"
         start = min(self.lookahead_rows, rows)
         self.values[start:rows] = value_of(self.obs[start:rows])
@@ -116,7 +116,6 @@ class Rollout(NamedTuple):
     length_max: torch.Tensor  # () longest current episode (episodes mode: its horizon)
     earlier_policy_rows: int  # leading trained rows played by the policy of an earlier update
     window: int  # how many rows ahead a step's return may look
-    played_obs: torch.Tensor  # (rows, B, ...) every row's observation (a critic values all)
 
 
 def rollout_view(buffer: RolloutBuffer, runner: EpisodeRunner, rows: int, window: int) -> Rollout:
@@ -133,7 +132,6 @@ def rollout_view(buffer: RolloutBuffer, runner: EpisodeRunner, rows: int, window
         runner.lengths.max(),
         min(buffer.lookahead_rows, trained),
         window,
-        buffer.obs[:rows],
     )
 
 
