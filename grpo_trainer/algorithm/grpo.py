@@ -150,9 +150,9 @@ class GRPO:
         lr = self._follow_schedules()
 
         # Compare: each step's return (with a critic, its GAE) against its group's at the
-        # same step.
-        values = self.values and self.buffer.critic_values(len(rollout.rewards), self.values)
-        adv = self.advantages(rollout, values)
+        # same step. The critic values every played row anew: one critic in each GAE sum.
+        played = self.buffer.obs[: len(rollout.rewards)]
+        adv = self.advantages(rollout, self.values(played) if self.values else None)
 
         # Optimise: per trust region (the whole batch, unless it holds more than
         # `anchor_samples`), epochs of shuffled minibatches of `minibatch_size` samples.

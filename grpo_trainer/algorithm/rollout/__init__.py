@@ -80,7 +80,6 @@ def make_rollout(
     """The rollout the config asks for, with the restart policy the env allows."""
     obs_shape = tuple(env.observation_space.shape or ())
     obs_dtype = storage_dtype(env.observation_space, config.obs_storage)
-    critic = config.value_coef > 0
     noise = ExplorationNoise(head, env.num_envs)
     if config.rollout == "episodes":
         horizon = config.max_episode_steps or env.max_episode_steps()
@@ -89,14 +88,11 @@ def make_rollout(
                 "rollout='episodes' plays whole episodes: max_episode_steps is not set and "
                 "the env declares no limit; set it in the config"
             )
-        buffer = RolloutBuffer(
-            horizon, 0, env.num_envs, obs_shape, obs_dtype, head, env.device, critic
-        )
+        buffer = RolloutBuffer(horizon, 0, env.num_envs, obs_shape, obs_dtype, head, env.device)
         return EpisodeRollout(env, buffer, head, config.group_size, noise, seeds)
     lookahead = config.window - 1
     buffer = RolloutBuffer(
-        *(config.rollout_steps, lookahead, env.num_envs, obs_shape, obs_dtype, head),
-        *(env.device, critic),
+        config.rollout_steps, lookahead, env.num_envs, obs_shape, obs_dtype, head, env.device
     )
     restarts = _restart_policy(config, env, seeds, generator)
     steps = config.max_episode_steps

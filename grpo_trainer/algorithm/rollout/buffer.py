@@ -52,7 +52,6 @@ class RolloutBuffer:
         obs_dtype: torch.dtype,
         head: ActionHead,
         device: torch.device,
-        critic: bool = False,
     ) -> None:
         self.trained_rows, self.lookahead_rows = trained_rows, lookahead_rows
         self.num_envs = num_envs
@@ -65,31 +64,15 @@ class RolloutBuffer:
         self.rewards = torch.zeros((rows, num_envs), dtype=torch.float32, device=device)
         self.valid = torch.zeros((rows, num_envs), dtype=torch.bool, device=device)
         self.cut = torch.zeros((rows, num_envs), dtype=torch.bool, device=device)
-        # the critic's value of each row (`critic_values`), carried with its row
-        self.values = torch.zeros((rows, num_envs), device=device) if critic else None
 
     @property
     def tensors(self) -> dict[str, torch.Tensor]:
-        critic = ("values",) if self.values is not None else ()
-        return {name: getattr(self, name) for name in BUFFER_TENSORS + critic}
+        return {name: getattr(self, name) for name in BUFFER_TENSORS}
 
     @property
     def bytes_per_step(self) -> int:
         """Bytes stored per env-step (every tensor above, per (row, sub-env) entry)."""
         return sum(t[0, 0].numel() * t.element_size() for t in self.tensors.values())
-
-    def critic_values(
-        self, rows: int, value_of: Callable[[torch.Tensor], torch.Tensor]
-    ) -> torch.Tensor:
-        """The critic's values of the first `rows` rows, each row valued once, by `value_of`
-        (the critic) of the first update that learns from it. The look-ahead rows carried from
-        the last rollout keep the values they were given then, as PPO keeps the values of
-        collection time: only the rows played since are valued, 32 of MinAtar's 159 per update
-        (about 1.1x Breakout's env steps in the PPO peer's seconds: docs/trainer.md)."""
-        assert self.values is not None, "a buffer without a critic stores no values"
-        start = min(self.lookahead_rows, rows)
-        self.values[start:rows] = value_of(self.obs[start:rows])
-        return self.values[:rows]
 
     def shift_lookahead(self) -> None:
         """Move the look-ahead rows of the last rollout to the front. Where they overlap it

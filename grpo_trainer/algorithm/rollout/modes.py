@@ -198,8 +198,6 @@ class WindowedRollout:
         if state["noise"] is not None:
             self.noise.last = state["noise"].to(device)
         for name, t in self.buffer.tensors.items():
-            if name not in state["carry"]:  # a critic's values, in a run saved before them
-                raise CheckpointError(f"{source}: its rollout state holds no critic's {name}")
             t[self.buffer.trained_rows :] = state["carry"][name].to(device)
         self.restarts.load_state_dict(state["restarts"])
 
