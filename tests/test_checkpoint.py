@@ -179,7 +179,7 @@ def test_run_dir_layout_rotation_and_best(tmp_path: Path) -> None:
     )
     trainer.train()
     saved = json.loads((run_dir / "config.json").read_text())
-    assert GRPOConfig.from_dict(saved) == trainer.config
+    assert GRPOConfig.from_dict(saved).resolve(None) == trainer.config  # derived again
     # every field's one-line description rides along (ignored when the file is read back)
     expected = {
         **{f.name: describe(GRPOConfig, f.name) for f in dataclasses.fields(GRPOConfig)},

@@ -92,11 +92,14 @@ def test_given_values_are_kept_and_only_the_rest_derived(tmp_path: Path) -> None
     config = _cli("--total-env-steps", "1000000", "--num-groups", "64", "--lr", "0.002")
     assert (config.num_groups, config.lr) == (64, 0.002)
     assert config.minibatch_size == 64 * 8 * 32 // 8  # from the given batch
-    assert config.derived == ("anchor_samples", "minibatch_size", "window", "gamma", "epochs")
+    assert config.derived == (
+        "anchor_samples", "minibatch_size", "value_coef", "window", "gamma", "epochs"
+    )  # fmt: skip
     inputs = config.inputs()
     assert {n: inputs[n] for n in DERIVED_FIELDS} == {
         "total_env_steps": 1_000_000, "num_groups": 64, "anchor_samples": None, "lr": 0.002,
-        "minibatch_size": None, "window": None, "gamma": None, "epochs": None,
+        "minibatch_size": None, "value_coef": None, "window": None, "gamma": None,
+        "epochs": None,
     }  # fmt: skip
     assert GRPOConfig.from_dict(inputs) == config
 

@@ -196,3 +196,42 @@ def test_a_checkpoint_without_a_critic_does_not_load_into_one(tmp_path: Path) ->
 def test_the_config_refuses_a_bad_critic(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         GRPOConfig(**fields)
+
+
+# -- the derived default: a critic for observations with two or more axes ------------------
+
+
+@pytest.mark.parametrize(
+    ("spatial", "fields", "expected"),
+    [
+        (True, {}, (0.5, 32, 0.99, 4)),  # a grid's planes: the critic, with PPO's settings
+        (False, {}, (0.0, 128, 1 - 1 / 128, 4)),  # flat: none; the window follows the limit
+        (True, {"value_coef": 0.0}, (0.0, 128, 1 - 1 / 128, 4)),  # asked for none: none
+        (False, {"value_coef": 0.25}, (0.25, 32, 0.99, 4)),  # asked for one: its settings
+        (True, {"window": 64}, (0.5, 64, 0.99, 4)),  # a given window stays
+        (True, {"rollout": "episodes", "advantage": "outcome"}, (0.0, 128, 1 - 1 / 128, 4)),
+    ],
+)
+def test_the_critic_and_its_settings_are_derived_from_the_observations(
+    spatial: bool, fields: dict[str, Any], expected: tuple[float, int, float, int]
+) -> None:
+    config = GRPOConfig(**fields).resolve(1000, spatial=spatial)
+    assert (config.value_coef, config.window, config.gamma, config.epochs) == expected
+    assert "value_coef" in config.derived or "value_coef" in fields
+
+
+def test_a_grid_env_trains_with_a_critic_and_a_flat_one_without(tmp_path: Path) -> None:
+    """Through both ways into a run: the train command's (`open_run`) and a trainer built on
+    an env made by hand, which derive the same config."""
+    from grpo_trainer.run.trainer import open_run
+    from grpo_trainer.tools.cli import build_parser, config_from_args
+
+    for env, critic in (("fruit_env:Freeway-MinAtar-v0", True), ("FruitCatcher-v0", False)):
+        argv = ["train", "--env", env, "--total-env-steps", "2048", "--device", "cpu"]
+        config = config_from_args(build_parser().parse_args([*argv, "--no-progress"]))
+        from_cli = open_run(config).config
+        by_hand = GRPOTrainer(make_envs(config, config.num_envs, torch.device("cpu")), config)
+        assert by_hand.config == from_cli
+        assert (from_cli.value_coef > 0, by_hand.policy.value_out is not None) == (critic,) * 2
+        assert by_hand.config.window == 32  # the critic's; Fruit Catcher's limit (200) too
+        assert by_hand.config.gamma == (0.99 if critic else 1 - 1 / 32)

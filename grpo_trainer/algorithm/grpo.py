@@ -40,7 +40,7 @@ from grpo_trainer.base.collective import Collective
 from grpo_trainer.base.config import GRPOConfig
 from grpo_trainer.base.metrics import Clock, cross_rank, memory_stats, to_host
 from grpo_trainer.base.schedules import lr_factor
-from grpo_trainer.envs.contract import read_contract
+from grpo_trainer.envs.contract import is_spatial, read_contract
 from grpo_trainer.envs.env_io import EnvIO
 from grpo_trainer.envs.episodes import summarise
 
@@ -67,8 +67,8 @@ class GRPO:
         self.device = distributed.rank_device(own or resolve_device(run.device))
         self.amp = resolve_amp(run.amp, self.device)
         self.env = EnvIO(envs, self.device)
-        # the window follows the episode limit (open_run's config is resolved already)
-        self.config = cfg = cfg.resolve(self.env.max_episode_steps())
+        spatial = is_spatial(self.env.observation_space)  # resolved once (open_run's already)
+        self.config = cfg = cfg.resolve(self.env.max_episode_steps(), spatial=spatial)
         if self.env.num_envs != cfg.num_envs:
             raise ValueError(
                 f"the env has {self.env.num_envs} sub-envs but num_groups x group_size = "

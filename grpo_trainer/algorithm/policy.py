@@ -436,7 +436,7 @@ def build_policy(
         config.cnn_channels,
         config.noise_correlation,
         config.logit_cap,
-        config.critic if config.value_coef > 0 else None,
+        config.critic if (config.value_coef or 0.0) > 0 else None,  # None: not resolved
     )
 
 

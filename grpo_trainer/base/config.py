@@ -39,6 +39,12 @@ LR_AT_REFERENCE, REFERENCE_MINIBATCH = 1e-2, 4_096
 # Passes over an update's samples: MAX_EPOCHS when its rows waited one update for their
 # look-ahead, fewer the longer they waited (epochs_for).
 MAX_EPOCHS = 8
+# A critic (value_coef > 0) bootstraps past the look-ahead, so its window need only cover
+# GAE's reach (its weight (gamma lambda)^k is 0.15 at k = 31); the discount and the passes are
+# then those of PureJaxRL's MinAtar PPO, not the window's. Observations with two or more axes
+# (a grid's planes, an image) get a critic by default, flat ones none (docs/trainer.md, "A
+# critic for grids").
+CRITIC_WINDOW, CRITIC_GAMMA, CRITIC_EPOCHS, SPATIAL_VALUE_COEF = 32, 0.99, 4, 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,13 +83,15 @@ def device_defaults(device: str) -> DeviceDefaults:
 
 # The fields whose None means "derive me": from the device (total_env_steps, and the
 # largest update and trust region: anchor_samples), the budget (num_groups), the batch
-# (minibatch_size, then lr) or the env's episode limit (window, then gamma and epochs).
+# (minibatch_size, then lr), the env's observations (value_coef) or its episode limit and
+# the critic (window, then gamma and epochs).
 DERIVED_FIELDS = (
     "total_env_steps",
     "num_groups",
     "anchor_samples",
     "minibatch_size",
     "lr",
+    "value_coef",
     "window",
     "gamma",
     "epochs",
@@ -107,18 +115,36 @@ def samples_per_update(total_env_steps: int, max_samples: int = MAX_SAMPLES) -> 
 EVAL_EVERY, EVAL_MIN_UPDATES = 250_000, 4
 
 
-def window_for(episode_limit: int | None) -> int:
-    """The default window for an env with this episode limit (None: none declared)."""
+def window_for(episode_limit: int | None, critic: bool = False) -> int:
+    """The default window for an env with this episode limit (None: none declared); with a
+    critic, CRITIC_WINDOW."""
+    if critic:
+        return CRITIC_WINDOW
     if episode_limit is None:
         return MAX_WINDOW
     steps = 2 ** round(math.log2(max(episode_limit / WINDOW_FRACTION, 1.0)))
     return min(max(steps, MIN_WINDOW), MAX_WINDOW)
 
 
-def epochs_for(rollout_steps: int, window: int) -> int:
+def epochs_for(rollout_steps: int, window: int, critic: bool = False) -> int:
     """The default passes over an update's samples: MAX_EPOCHS while a row waits one update
-    for its look-ahead, fewer (by the square root) as the data it trains on gets older."""
+    for its look-ahead, fewer (by the square root) as the data it trains on gets older; with
+    a critic, CRITIC_EPOCHS."""
+    if critic:
+        return CRITIC_EPOCHS
     return max(1, min(MAX_EPOCHS, round(MAX_EPOCHS * math.sqrt(rollout_steps / window))))
+
+
+def gamma_for(window: int, critic: bool = False) -> float:
+    """The default discount: the window's horizon, 1 - 1 / window; with a critic,
+    CRITIC_GAMMA (its values carry returns past the window)."""
+    return CRITIC_GAMMA if critic else 1.0 - 1.0 / window
+
+
+def value_coef_for(spatial: bool, advantage: str) -> float:
+    """The default critic: SPATIAL_VALUE_COEF for observations with two or more axes compared
+    per step, else none (0)."""
+    return SPATIAL_VALUE_COEF if spatial and advantage == "per_step" else 0.0
 
 
 def lr_for(minibatch_size: int, max_lr: float = math.inf) -> float:
@@ -353,8 +379,11 @@ class GRPOConfig:
     zero_std_eps: float = _field(
         1e-6, "a group step whose returns spread no more than this carries no signal (weight 0)"
     )
-    value_coef: float = _field(
-        0.0, "weight of a critic's squared error; > 0 adds a critic, whose GAE the group compares"
+    value_coef: float | None = _field(
+        None,
+        "weight of a critic's squared error; > 0 adds a critic, whose GAE the group compares; "
+        "None: 0.5 for observations with two or more axes (grids, images), 0 (no critic) for "
+        "flat ones",
     )
     gae_lambda: float = _field(0.95, "value_coef > 0: GAE's lambda (1: Monte Carlo returns)")
     critic: CriticMode = _field(
@@ -441,9 +470,10 @@ class GRPOConfig:
         _check_int(self, "anchor_samples", minimum=1)
         _clamp_minibatch(self, self.max_episode_steps)
         derive("lr", lambda: lr_for(self.minibatch_size, device.max_lr))
-        if self.window is not None:  # else derived from the env's episode limit (resolve)
-            derive("gamma", lambda: 1.0 - 1.0 / self.window)
-            derive("epochs", lambda: epochs_for(self.rollout_steps, self.window))
+        if self.window is not None and self.value_coef is not None:  # else resolve's (the env)
+            critic = self.value_coef > 0
+            derive("gamma", lambda: gamma_for(self.window, critic))
+            derive("epochs", lambda: epochs_for(self.rollout_steps, self.window, critic))
         _check_int(self, "max_episode_steps", minimum=1, optional=True)
         _check_int(self, "restart_every", minimum=1)
         _check_int(self, "branch_every", minimum=0)
@@ -458,16 +488,7 @@ class GRPOConfig:
             _check_int(self, name, minimum=1)
         _check_int(self, "epochs", minimum=1, optional=True)
         _check_annotated(self)
-        _check_float(self, "gamma", 0.0, 1.0, optional=True)
-        _check_float(self, "noise_correlation", 0.0, 1.0, high_open=True)
-        _check_float(self, "clip_low", 0.0, 1.0, low_open=True, high_open=True)
-        _check_float(self, "clip_high", 0.0, math.inf, low_open=True)
-        _check_float(self, "dual_clip", 1.0, math.inf, low_open=True, optional=True)
-        for name in ("zero_std_eps", "kl_coef", "entropy_coef", "mean_bound_coef", "value_coef"):
-            _check_float(self, name, 0.0, math.inf)
-        _check_float(self, "logit_cap", 0.0, math.inf, low_open=True, optional=True)
-        _check_float(self, "max_grad_norm", 0.0, math.inf, low_open=True)
-        _check_float(self, "lr", 0.0, math.inf, low_open=True)
+        _check_floats(self)
         _check_layer_sizes(self)
         _check_advantage(self)
         if not isinstance(self.run, RunConfig):
@@ -478,20 +499,25 @@ class GRPOConfig:
         assert self.num_groups is not None  # resolved in __post_init__
         return self.num_groups * self.group_size
 
-    def resolve(self, episode_limit: int | None, kept: dict[str, Any] | None = None) -> GRPOConfig:
+    def resolve(
+        self, episode_limit: int | None, kept: dict[str, Any] | None = None, spatial: bool = False
+    ) -> GRPOConfig:
         """The config a run trains with: what was asked, the values a resumed run keeps
         (`kept`: what it derived before; a new budget extends a run, it does not reshape it),
-        and the rest derived once, the window from the episode limit (the trainer's
-        `max_episode_steps`, else the env's `episode_limit`). `derived` still names every
-        derived field, as config.json will."""
+        and the rest derived once: the critic from the observations (`spatial`: they have two
+        or more axes), the window from the episode limit (the trainer's `max_episode_steps`, else
+        the env's `episode_limit`) and the critic. `derived` still names every derived field,
+        as config.json will."""
         kept = kept or {}
         if not set(kept) <= set(self.derived):
             raise ValueError(f"not derived by this config: {sorted(set(kept) - set(self.derived))}")
         limit = self.max_episode_steps or episode_limit
-        if self.window is not None and not kept:
+        if self.window is not None and self.value_coef is not None and not kept:
             return self
         asked = {**self.inputs(), **kept}
-        asked["window"] = asked["window"] or window_for(limit)
+        if asked["value_coef"] is None:
+            asked["value_coef"] = value_coef_for(spatial, self.advantage)
+        asked["window"] = asked["window"] or window_for(limit, asked["value_coef"] > 0)
         resolved = GRPOConfig.from_dict(asked)
         object.__setattr__(resolved, "derived", self.derived)
         if "minibatch_size" not in kept:  # episodes mode: an update is num_envs x the limit
@@ -603,6 +629,21 @@ def _check_int(obj: object, name: str, *, minimum: int, optional: bool = False) 
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
 
 
+def _check_floats(config: GRPOConfig) -> None:
+    """The algorithm's numbers: finite, in their ranges, stored as floats."""
+    _check_float(config, "gamma", 0.0, 1.0, optional=True)
+    _check_float(config, "noise_correlation", 0.0, 1.0, high_open=True)
+    _check_float(config, "clip_low", 0.0, 1.0, low_open=True, high_open=True)
+    _check_float(config, "clip_high", 0.0, math.inf, low_open=True)
+    _check_float(config, "dual_clip", 1.0, math.inf, low_open=True, optional=True)
+    for name in ("zero_std_eps", "kl_coef", "entropy_coef", "mean_bound_coef"):
+        _check_float(config, name, 0.0, math.inf)
+    _check_float(config, "value_coef", 0.0, math.inf, optional=True)
+    _check_float(config, "logit_cap", 0.0, math.inf, low_open=True, optional=True)
+    _check_float(config, "max_grad_norm", 0.0, math.inf, low_open=True)
+    _check_float(config, "lr", 0.0, math.inf, low_open=True)
+
+
 def _check_advantage(config: GRPOConfig) -> None:
     """What a sample's advantage compares fits the rollout and the critic."""
     _check_float(config, "gae_lambda", 0.0, 1.0)
@@ -611,7 +652,7 @@ def _check_advantage(config: GRPOConfig) -> None:
             "advantage='outcome' compares whole-episode returns: it needs "
             "rollout='episodes' (windowed rollouts compare returns-to-go per step)"
         )
-    if config.value_coef > 0 and config.advantage == "outcome":
+    if (config.value_coef or 0.0) > 0 and config.advantage == "outcome":
         raise ValueError(
             "value_coef > 0 compares per-step GAE advantages: it needs advantage='per_step'"
         )

@@ -113,7 +113,8 @@ def open_run(config: GRPOConfig, device: torch.device | None = None) -> GRPOTrai
             f"argument --env/--env-kwargs: cannot make {config.run.env!r} with "
             f"{config.run.env_kwargs}: {err}"
         ) from None
-    config = config.resolve(read_contract(envs).episode_limit, kept)
+    contract = read_contract(envs)
+    config = config.resolve(contract.episode_limit, kept, contract.spatial_observations)
     derived = ", ".join(f"{name}={getattr(config, name)}" for name in config.derived)
     log.info("training %s on %s with %d sub-envs", config.run.env, device, num_envs)
     log.info("derived (config.json names them): %s", derived or "none")
