@@ -220,7 +220,7 @@ def test_the_critic_and_its_settings_are_derived_from_the_observations(
     assert "value_coef" in config.derived or "value_coef" in fields
 
 
-def test_a_grid_env_trains_with_a_critic_and_a_flat_one_without(tmp_path: Path) -> None:
+def test_a_grid_env_trains_with_a_critic_and_a_flat_one_without() -> None:
     """Through both ways into a run: the train command's (`open_run`) and a trainer built on
     an env made by hand, which derive the same config."""
     from grpo_trainer.run.trainer import open_run

@@ -67,7 +67,7 @@ class GRPO:
         self.device = distributed.rank_device(own or resolve_device(run.device))
         self.amp = resolve_amp(run.amp, self.device)
         self.env = EnvIO(envs, self.device)
-        spatial = is_spatial(self.env.observation_space)  # resolved once (open_run's already)
+        spatial = is_spatial(self.env.observation_space)  # open_run's config is resolved already
         self.config = cfg = cfg.resolve(self.env.max_episode_steps(), spatial=spatial)
         if self.env.num_envs != cfg.num_envs:
             raise ValueError(

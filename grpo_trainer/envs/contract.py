@@ -50,15 +50,10 @@ class EnvContract:
     episode_goals: Mapping[str, float]
     snapshots: bool  # it offers state snapshots itself (else its family's adapter may)
 
-    @property
-    def spatial_observations(self) -> bool:
-        """Its observations have two or more axes (a grid's planes, an image): the derived
-        defaults give such an env a critic (`GRPOConfig.value_coef`)."""
-        return is_spatial(self.observation_space)
-
 
 def is_spatial(space: gym.Space) -> bool:
-    """An observation with two or more axes: a Box of shape (H, W, ...) or the like."""
+    """An observation with two or more axes (a grid's planes, an image: a Box of shape
+    (H, W, ...)): the derived defaults give such an env a critic (`GRPOConfig.value_coef`)."""
     return isinstance(space, gym.spaces.Box) and len(space.shape) >= 2
 
 

@@ -21,7 +21,7 @@ from grpo_trainer.base import checkpoint
 from grpo_trainer.base.accel import resolve_device
 from grpo_trainer.base.config import GRPOConfig
 from grpo_trainer.envs import make_envs
-from grpo_trainer.envs.contract import read_contract
+from grpo_trainer.envs.contract import is_spatial, read_contract
 from grpo_trainer.run.callbacks import Callback
 from grpo_trainer.run.files import resumed_best
 from grpo_trainer.run.harness import Harness
@@ -114,7 +114,7 @@ def open_run(config: GRPOConfig, device: torch.device | None = None) -> GRPOTrai
             f"{config.run.env_kwargs}: {err}"
         ) from None
     contract = read_contract(envs)
-    config = config.resolve(contract.episode_limit, kept, contract.spatial_observations)
+    config = config.resolve(contract.episode_limit, kept, is_spatial(contract.observation_space))
     derived = ", ".join(f"{name}={getattr(config, name)}" for name in config.derived)
     log.info("training %s on %s with %d sub-envs", config.run.env, device, num_envs)
     log.info("derived (config.json names them): %s", derived or "none")
