@@ -121,6 +121,8 @@ def test_the_update_compares_the_critics_gae_and_regresses_it_on_its_targets() -
     expected = group_relative(
         adv, trained, trained, cfg.group_size, scale=cfg.scale, zero_std_eps=cfg.zero_std_eps
     )
+    # the public seam that scripts read (benchmarks/ratio_moves.py) gives the same GAE
+    torch.testing.assert_close(trainer.advantages(rollout).advantages, expected.advantages)
     seen: list[tuple[torch.Tensor, ...]] = []
     loss = trainer.loss
 

@@ -87,7 +87,7 @@ class GRPO:
             run.seed, self.collective.rank, self.collective.world_size, cfg.num_groups
         )
         self.rollout = make_rollout(cfg, self.env, self.policy.head, seeds, self.generator)
-        self.advantages = make_estimator(cfg, self.collective.sum)
+        self.estimate = make_estimator(cfg, self.collective.sum)
         # The hot functions, compiled where it pays (accel.should_compile): sampling one
         # action per sub-env, and one minibatch's loss (the update's forward goes through
         # DDP in a distributed run, so that gradients are averaged; the rollout's does not).
@@ -149,10 +149,8 @@ class GRPO:
         learn_start = Clock(self.device)
         lr = self._follow_schedules()
 
-        # Compare: each step's return (with a critic, its GAE) against its group's at the
-        # same step. The critic values every played row anew: one critic in each GAE sum.
-        played = self.buffer.obs[: len(rollout.rewards)]
-        adv = self.advantages(rollout, self.values(played) if self.values else None)
+        # Compare: each step's return (with a critic, its GAE) against its group's.
+        adv = self.advantages(rollout)
 
         # Optimise: per trust region (the whole batch, unless it holds more than
         # `anchor_samples`), epochs of shuffled minibatches of `minibatch_size` samples.
@@ -163,7 +161,7 @@ class GRPO:
             samples.size, self.config.anchor_samples, self.generator, self.device
         )
         for region in regions:
-            part = samples if region is None else self._anchored(samples.rows(region))
+            part = samples if region is None else samples.rows(region).anchored(self.log_prob)
             self._optimise(part, totals)
         learn_end = Clock(self.device)
 
@@ -214,6 +212,12 @@ class GRPO:
         grad_norm, finite = step.apply(LossTerms(*loss_terms.unbind()).loss)
         return loss_terms, grad_norm, finite
 
+    def advantages(self, rollout: Rollout) -> Advantages:
+        """Each step's return (with a critic, its GAE) against its group's at the same step.
+        The critic values every played row anew, so that each GAE sum holds one critic's."""
+        played = self.buffer.obs[: len(rollout.rewards)]
+        return self.estimate(rollout, self.values(played) if self.values else None)
+
     def trained_samples(self, rollout: Rollout, adv: Advantages) -> Samples:
         """What an update trains on. Rows that waited for their look-ahead were played by an
         earlier policy: they are re-scored, so that the clipped ratio measures this update's
@@ -234,10 +238,6 @@ class GRPO:
             rollout.obs[:earlier].flatten(0, 1), rollout.actions[:earlier].flatten(0, 1)
         )
         return torch.cat((rescored.view(earlier, -1), rollout.logp[earlier:]))
-
-    def _anchored(self, part: Samples) -> Samples:
-        """A trust region re-anchored: its ratios start at 1 for the current policy."""
-        return part._replace(old_logp=self.log_prob(part.obs, part.actions))
 
     def _follow_schedules(self) -> float:
         """Set this update's learning rate."""

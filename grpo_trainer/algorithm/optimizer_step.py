@@ -8,7 +8,7 @@ foreach step is taken and then undone where the verdict says so.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -64,6 +64,10 @@ class Samples(NamedTuple):
     def rows(self, index: torch.Tensor) -> Samples:
         """The samples at `index` (index_select: faster than x[index] on the CPU)."""
         return Samples(*(None if t is None else t.index_select(0, index) for t in self))
+
+    def anchored(self, log_prob: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Samples:
+        """A trust region re-anchored: its ratios start at 1 for the policy `log_prob` scores."""
+        return self._replace(old_logp=log_prob(self.obs, self.actions))
 
     def rows_to_train(self, penalised: bool) -> torch.Tensor:
         """Which rows a minibatch keeps where `GRPO.drop_flat_rows`: not those whose every
