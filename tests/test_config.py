@@ -256,3 +256,17 @@ def test_fields_set_by_hand_are_kept() -> None:
     assert (config.epochs, config.minibatch_size, config.lr) == (2, 100, 0.5)
     plain = GRPOConfig(window=64).resolve(1000)  # no critic: the window's discount and passes
     assert (plain.value_coef, plain.epochs, plain.gamma) == (0.0, 6, 1 - 1 / 64)
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"rollout": "episodes", "max_episode_steps": "64"}, "max_episode_steps"),
+        ({"window": 8, "value_coef": "0.5"}, "value_coef"),
+    ],
+)
+def test_a_bad_field_that_a_derivation_reads_is_named(fields: dict[str, Any], named: str) -> None:
+    """Fields the derived ones are computed from are checked before any rule compares them:
+    a string episode limit or critic weight is named, not a TypeError inside a rule."""
+    with pytest.raises(ValueError, match=rf"^{named}\b"):
+        GRPOConfig(**fields)

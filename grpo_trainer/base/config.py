@@ -468,13 +468,13 @@ class GRPOConfig:
         _check_int(self, "num_groups", minimum=1)
         derive("minibatch_size", lambda: max(1, self.num_envs * self.rollout_steps // MINIBATCHES))
         _check_int(self, "anchor_samples", minimum=1)
+        _check_read_by_derivation(self)
         _clamp_minibatch(self, self.max_episode_steps)
         derive("lr", lambda: lr_for(self.minibatch_size, device.max_lr))
         if self.window is not None and self.value_coef is not None:  # else resolve's (the env)
             critic = self.value_coef > 0
             derive("gamma", lambda: gamma_for(self.window, critic))
             derive("epochs", lambda: epochs_for(self.rollout_steps, self.window, critic))
-        _check_int(self, "max_episode_steps", minimum=1, optional=True)
         _check_int(self, "restart_every", minimum=1)
         _check_int(self, "branch_every", minimum=0)
         if self.branch_complete and (
@@ -629,6 +629,13 @@ def _check_int(obj: object, name: str, *, minimum: int, optional: bool = False) 
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
 
 
+def _check_read_by_derivation(config: GRPOConfig) -> None:
+    """The given fields that the derived ones are computed from, checked first, so that a
+    bad one is named instead of failing a comparison inside a rule."""
+    _check_int(config, "max_episode_steps", minimum=1, optional=True)
+    _check_float(config, "value_coef", 0.0, math.inf, optional=True)
+
+
 def _check_floats(config: GRPOConfig) -> None:
     """The algorithm's numbers: finite, in their ranges, stored as floats."""
     _check_float(config, "gamma", 0.0, 1.0, optional=True)
@@ -638,7 +645,6 @@ def _check_floats(config: GRPOConfig) -> None:
     _check_float(config, "dual_clip", 1.0, math.inf, low_open=True, optional=True)
     for name in ("zero_std_eps", "kl_coef", "entropy_coef", "mean_bound_coef"):
         _check_float(config, name, 0.0, math.inf)
-    _check_float(config, "value_coef", 0.0, math.inf, optional=True)
     _check_float(config, "logit_cap", 0.0, math.inf, low_open=True, optional=True)
     _check_float(config, "max_grad_norm", 0.0, math.inf, low_open=True)
     _check_float(config, "lr", 0.0, math.inf, low_open=True)
