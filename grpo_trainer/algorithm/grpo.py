@@ -37,7 +37,7 @@ from grpo_trainer.base.accel import (
     should_compile,
 )
 from grpo_trainer.base.collective import Collective
-from grpo_trainer.base.config import GRPOConfig
+from grpo_trainer.base.config import GRPOConfig, has_critic
 from grpo_trainer.base.metrics import Clock, cross_rank, memory_stats, to_host
 from grpo_trainer.base.schedules import lr_factor
 from grpo_trainer.envs.contract import is_spatial, read_contract
@@ -98,14 +98,14 @@ class GRPO:
         forward = self.collective.data_parallel(self.policy)
         self.loss = Compiled(functools.partial(calls.loss, forward), on, "loss", mode)
         self.log_prob = calls.log_prob
-        self.values = calls.values if cfg.value_coef > 0 else None  # the critic's, if any
+        self.values = calls.values if has_critic(cfg) else None  # the critic's, if any
         # On the CPU the passes cost what they compute, and most rows of a sparse reward's
         # early updates weigh 0 (docs/performance.md, "Rows that weigh nothing"). Finding
         # them reads a count, a host sync on a GPU, where the passes are launch-bound: there
         # every row is kept, and the update's shapes stay fixed.
         self.drop_flat_rows = self.device.type == "cpu"
         bounded = cfg.mean_bound_coef > 0 and self.policy.head.bounded
-        self.penalised = bounded or cfg.value_coef > 0  # rows_to_train: they learn every row
+        self.penalised = bounded or has_critic(cfg)  # rows_to_train: they learn every row
         self.update_index = 0
         self.env_steps = 0
         self.train_s = 0.0

@@ -19,7 +19,7 @@ from torch import Generator, Tensor, nn
 from grpo_trainer.algorithm.objective import LossTerms, grpo_loss
 from grpo_trainer.base.accel import autocast
 from grpo_trainer.base.collective import Terms
-from grpo_trainer.base.config import GRPOConfig
+from grpo_trainer.base.config import GRPOConfig, has_critic
 
 
 class ActionHead(nn.Module):
@@ -436,7 +436,7 @@ def build_policy(
         config.cnn_channels,
         config.noise_correlation,
         config.logit_cap,
-        config.critic if (config.value_coef or 0.0) > 0 else None,  # None: not resolved
+        config.critic if has_critic(config) else None,
     )
 
 

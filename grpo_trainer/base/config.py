@@ -147,6 +147,12 @@ def value_coef_for(spatial: bool, advantage: str) -> float:
     return SPATIAL_VALUE_COEF if spatial and advantage == "per_step" else 0.0
 
 
+def has_critic(config: GRPOConfig) -> bool:
+    """Whether the config trains a critic (value_coef > 0). An unresolved config, whose
+    value_coef is still None (derived from the env), has none yet."""
+    return (config.value_coef or 0.0) > 0
+
+
 def lr_for(minibatch_size: int, max_lr: float = math.inf) -> float:
     """The default learning rate for a minibatch size (square-root scaling, up to `max_lr`)."""
     return min(LR_AT_REFERENCE * math.sqrt(minibatch_size / REFERENCE_MINIBATCH), max_lr)
@@ -472,7 +478,7 @@ class GRPOConfig:
         _clamp_minibatch(self, self.max_episode_steps)
         derive("lr", lambda: lr_for(self.minibatch_size, device.max_lr))
         if self.window is not None and self.value_coef is not None:  # else resolve's (the env)
-            critic = self.value_coef > 0
+            critic = has_critic(self)
             derive("gamma", lambda: gamma_for(self.window, critic))
             derive("epochs", lambda: epochs_for(self.rollout_steps, self.window, critic))
         _check_int(self, "restart_every", minimum=1)
@@ -658,7 +664,7 @@ def _check_advantage(config: GRPOConfig) -> None:
             "advantage='outcome' compares whole-episode returns: it needs "
             "rollout='episodes' (windowed rollouts compare returns-to-go per step)"
         )
-    if (config.value_coef or 0.0) > 0 and config.advantage == "outcome":
+    if has_critic(config) and config.advantage == "outcome":
         raise ValueError(
             "value_coef > 0 compares per-step GAE advantages: it needs advantage='per_step'"
         )
