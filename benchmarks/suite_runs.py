@@ -97,6 +97,7 @@ def _probe_class(base: type) -> type:
             self.stopping: str | None = None  # why this probe asked the run to stop
             self.raised = False  # it ended the run itself (a tree without request_stop)
             self.start = self.last = time.perf_counter()
+            self.lr: float | None = None  # the latest update's learning rate
 
         def begin(self) -> None:
             """Called just before `train()`: its whole wall time counts, compile included."""
@@ -104,6 +105,7 @@ def _probe_class(base: type) -> type:
 
         def on_update(self, state: Any, metrics: dict[str, float]) -> None:
             now = time.perf_counter()
+            self.lr = metrics.get("lr")
             steps = int(self.trainer.env_steps)
             self.update_s.append(now - self.last)
             self.env_steps.append(steps)
@@ -167,6 +169,15 @@ def run_grpo(task: Task, job: dict[str, Any]) -> dict[str, Any]:
     trainer_module = _first_module("grpo_trainer.run.trainer", "grpo_trainer.trainer")
     accel = _first_module("grpo_trainer.base.accel", "grpo_trainer.accel")
     argv = grpo_argv(task, job["budget"], job["seed"], job["flags"], job.get("device", "cpu"))
+    time_budget_s = job.get("time_budget_s")
+    config_module = _first_module("grpo_trainer.base.config", "grpo_trainer.config")
+    if (
+        time_budget_s is not None
+        and "time_budget_s" in config_module.GRPOConfig.__dataclass_fields__
+    ):
+        # the train command's own budget, so that the schedule anneals by the clock (a tree
+        # from before it, --against, anneals over the estimated env steps alone)
+        argv += ["--time-budget-s", str(time_budget_s)]
     config = cli.config_from_args(cli.build_parser().parse_args(argv))
     device = accel.resolve_device(config.run.device)
     torch.set_float32_matmul_precision("high")  # as the train command sets it
@@ -203,7 +214,6 @@ def run_grpo(task: Task, job: dict[str, Any]) -> dict[str, Any]:
 
     budget = trainer.config.total_env_steps
     marks = [] if throughput else eval_marks(budget, job.get("eval_every"))
-    time_budget_s = job.get("time_budget_s")
     probe = _probe_class(callbacks.Callback)(
         trainer, score, marks, job.get("stop_at"), throughput, time_budget_s
     )
@@ -224,6 +234,9 @@ def run_grpo(task: Task, job: dict[str, Any]) -> dict[str, Any]:
         "setup_s": round(setup_s, 4),
         "eval_s": round(probe.eval_s, 4),
         "time_budget_s": time_budget_s,
+        "final_lr": probe.lr,  # the last update's learning rate, where the schedule ended
+        # the trainer's own training seconds (rollouts and updates: what its schedule reads)
+        "trainer_train_s": getattr(trainer, "train_s", None),
         # why the run ended before its env steps, as the trainer recorded it (a request made
         # at the update that used up the env steps ends nothing: None)
         "stop_reason": probe.stopping if probe.raised else getattr(trainer, "stop_reason", None),

@@ -148,6 +148,12 @@ def _worker(out: Path) -> None:
     kinds = {"episodes": "sum", "episode_sum_r": "max"}
     record["reduced"] = {k: float(v) for k, v in ours.reduce(values, kinds).items()}
 
+    # F. A time budget: rank 1's clock ahead of rank 0's; after an update both read the
+    # slowest rank's seconds, so the next update sets one learning rate on both.
+    timed = _trainer(_config(time_budget_s=1000.0, total_env_steps=10**9))
+    timed.train_s = 100.0 * (1 + rank)
+    record["timed"] = [(timed.update()["lr"], timed.train_s) for _ in range(2)]
+
     record["checkpoint"] = str(saved)
     torch.save(record, out / f"rank{rank}.pt")
     distributed.shutdown()
@@ -184,6 +190,15 @@ def test_ranks_agree_on_metrics_and_counters(ranks: Any) -> None:
         assert a["env_steps"] == (i + 1) * 24 * 2 * GROUPS * 4  # both ranks' steps count
         assert not [k for k in a if k.startswith("_") or k in ("stop", "compared")]
     assert "episode_caught" in first["updates"][-1]["metrics"]  # 30-step games ended
+
+
+def test_a_time_budget_reads_the_slowest_ranks_seconds_on_every_rank(ranks: Any) -> None:
+    """Ranks whose clocks differ agree on the slowest one's seconds after each update, so a
+    time budget sets the same learning rate (and the same end) on every rank."""
+    first, second = (r["timed"] for r in ranks)
+    assert first[0][0] != second[0][0]  # the first update: each rank's own clock
+    assert first[0][1] == second[0][1] > 200.0  # then the slowest rank's seconds, agreed
+    assert first[1] == second[1]  # one learning rate and one clock from then on
 
 
 def test_ranks_play_different_groups(ranks: Any) -> None:

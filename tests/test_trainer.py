@@ -244,6 +244,33 @@ def test_lr_schedules() -> None:
     assert lr_factor(0.7, "constant") == 1.0
 
 
+def test_a_time_budget_sets_the_learning_rate_by_the_seconds_spent() -> None:
+    """With `time_budget_s`, the schedule follows whichever budget is further along: a run
+    that has spent half its seconds but few of its env steps trains at half its rate."""
+    trainer = _fruit_trainer(total_env_steps=10**6, time_budget_s=100.0, lr=1e-3)
+    trainer.train_s = 50.0  # as a checkpoint restores it
+    assert trainer.update()["lr"] == pytest.approx(0.5e-3)
+    untimed = _fruit_trainer(total_env_steps=10**6, lr=1e-3)
+    untimed.train_s = 50.0
+    assert untimed.update()["lr"] == 1e-3  # its first update: no env step spent yet
+
+
+def test_a_time_budget_ends_training_after_the_update_that_spends_it() -> None:
+    """No update starts once `time_budget_s` seconds of training are spent: a budget any
+    update outlasts trains exactly one, far short of the env steps."""
+    trainer = _fruit_trainer(total_env_steps=10**6, time_budget_s=1e-9)
+    metrics = trainer.train()
+    assert trainer.update_index == 1 and metrics["update"] == 1
+    assert trainer.env_steps == 16 * 16 and trainer.train_s > 1e-9
+    assert trainer.stop_reason is None and trainer.stop_signal is None  # a normal end
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf, "10"])
+def test_a_bad_time_budget_is_named(bad: Any) -> None:
+    with pytest.raises(ValueError, match="time_budget_s"):
+        GRPOConfig(time_budget_s=bad)
+
+
 def test_box_actions_on_a_numpy_sync_env() -> None:
     """A Gymnasium numpy env with Box actions (Pendulum, SyncVectorEnv) trains a step."""
     envs = gym.make_vec("Pendulum-v1", num_envs=8, vectorization_mode="sync")

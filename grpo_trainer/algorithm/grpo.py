@@ -39,7 +39,7 @@ from grpo_trainer.base.accel import (
 from grpo_trainer.base.collective import Collective
 from grpo_trainer.base.config import GRPOConfig, has_critic
 from grpo_trainer.base.metrics import Clock, cross_rank, memory_stats, to_host
-from grpo_trainer.base.schedules import lr_factor
+from grpo_trainer.base.schedules import budget_spent, lr_factor
 from grpo_trainer.envs.contract import is_spatial, read_contract
 from grpo_trainer.envs.env_io import EnvIO
 from grpo_trainer.envs.episodes import summarise
@@ -106,9 +106,7 @@ class GRPO:
         self.drop_flat_rows = self.device.type == "cpu"
         bounded = cfg.mean_bound_coef > 0 and self.policy.head.bounded
         self.penalised = bounded or has_critic(cfg)  # rows_to_train: they learn every row
-        self.update_index = 0
-        self.env_steps = 0
-        self.train_s = 0.0
+        self.update_index, self.env_steps, self.train_s = 0, 0, 0.0
 
     @property
     def buffer(self) -> RolloutBuffer:
@@ -242,7 +240,7 @@ class GRPO:
     def _follow_schedules(self) -> float:
         """Set this update's learning rate."""
         cfg = self.config
-        lr = cfg.lr * lr_factor(self.env_steps / cfg.total_env_steps, cfg.lr_schedule)
+        lr = cfg.lr * lr_factor(budget_spent(cfg, self.env_steps, self.train_s), cfg.lr_schedule)
         self.optimizer_step.set_lr(lr)
         return lr
 
@@ -253,7 +251,8 @@ class GRPO:
         cfg, played = self.config, self.rollout.steps_played
         self.update_index += 1
         self.env_steps += played * cfg.num_envs * self.collective.world_size
-        self.train_s += rollout_s + update_s
+        # the slowest rank's seconds: a time budget sets one learning rate and one end on all
+        self.train_s = self.collective.slowest(self.train_s + rollout_s + update_s)
         self.rollout.after_update(metrics)
         metrics.update(
             update=self.update_index,

@@ -40,6 +40,10 @@ class Collective:
         """The union of every rank's names, in one order on every rank."""
         return names
 
+    def slowest(self, seconds: float) -> float:
+        """The most `seconds` of any rank (host floats: no device sync)."""
+        return seconds
+
     def finite(self, grad_norm: Tensor, loss: Tensor) -> Tensor:
         """Whether to apply this step: a verdict every rank reaches alike (on the device)."""
         return torch.isfinite(grad_norm) & torch.isfinite(loss)
@@ -102,6 +106,11 @@ class TorchDistributed(Collective):
         for rank_names in gathered:
             union.update(dict.fromkeys(rank_names or []))
         return list(union)
+
+    def slowest(self, seconds: float) -> float:
+        out = torch.tensor(seconds, dtype=torch.float64)  # on the host: gloo's
+        dist.all_reduce(out, op=dist.ReduceOp.MAX, group=self._host_group)
+        return float(out)
 
     def finite(self, grad_norm: Tensor, loss: Tensor) -> Tensor:
         # Only the all-reduced gradient is shared; a rank's own loss is not.

@@ -329,6 +329,11 @@ class GRPOConfig:
         "sub-env steps to train for, over all ranks (every step simulated counts); None: the "
         "device's (2,500,000 on the CPU, 20,000,000 on a GPU: DEVICE_DEFAULTS)",
     )
+    time_budget_s: float | None = _field(
+        None,
+        "seconds of training to stop at (rollouts and updates, compiling included; evaluation "
+        "and checkpoints apart): the schedule runs over whichever budget ends first",
+    )
     rollout: RolloutMode = _field(
         "windowed",
         "'windowed': rollout_steps per update, episodes run on across updates; "
@@ -434,7 +439,7 @@ class GRPOConfig:
         None, "AdamW learning rate; None: 1e-2 x sqrt(minibatch_size / 4096) (lr_for)"
     )
     lr_schedule: Schedule = _field(
-        "linear", "learning-rate schedule over the env-step budget: constant, linear, cosine"
+        "linear", "learning-rate schedule over the budget (budget_spent): constant, linear, cosine"
     )
     # -- policy network --
     hidden_sizes: tuple[int, ...] = _field((64, 64), "widths of the MLP's hidden layers")
@@ -482,14 +487,7 @@ class GRPOConfig:
             derive("gamma", lambda: gamma_for(self.window, critic))
             derive("epochs", lambda: epochs_for(self.rollout_steps, self.window, critic))
         _check_int(self, "restart_every", minimum=1)
-        _check_int(self, "branch_every", minimum=0)
-        if self.branch_complete and (
-            not self.branch_every or self.branch_every % self.restart_every
-        ):
-            raise ValueError(
-                "branch_complete needs branch_every > 0, a multiple of restart_every (groups "
-                f"branch at a restart check), got {self.branch_every} and {self.restart_every}"
-            )
+        _check_branching(self)
         for name in ("minibatch_size", "micro_batches"):
             _check_int(self, name, minimum=1)
         _check_int(self, "epochs", minimum=1, optional=True)
@@ -654,6 +652,18 @@ def _check_floats(config: GRPOConfig) -> None:
     _check_float(config, "logit_cap", 0.0, math.inf, low_open=True, optional=True)
     _check_float(config, "max_grad_norm", 0.0, math.inf, low_open=True)
     _check_float(config, "lr", 0.0, math.inf, low_open=True)
+    _check_float(config, "time_budget_s", 0.0, math.inf, low_open=True, optional=True)
+
+
+def _check_branching(config: GRPOConfig) -> None:
+    """Complete branches happen at restart checks."""
+    _check_int(config, "branch_every", minimum=0)
+    every, restart = config.branch_every, config.restart_every
+    if config.branch_complete and (not every or every % restart):
+        raise ValueError(
+            "branch_complete needs branch_every > 0, a multiple of restart_every (groups "
+            f"branch at a restart check), got {every} and {restart}"
+        )
 
 
 def _check_advantage(config: GRPOConfig) -> None:

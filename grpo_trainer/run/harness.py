@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from grpo_trainer.base.schedules import budget_spent
 from grpo_trainer.run.callbacks import Best, Callback, RunOutcome, RunState
 from grpo_trainer.run.files import RunFiles
 from grpo_trainer.run.periodic_eval import Evaluation
@@ -72,7 +73,8 @@ class Harness:
         self.signal_received: str | None = None  # SIGINT/SIGTERM here, until ranks agree
 
     def run(self) -> RunOutcome:
-        """Train until `total_env_steps`; on an error, callbacks' `on_train_error` run first."""
+        """Train until the budget is spent (`budget_spent`): its env steps, or its seconds
+        where a time budget ends first. On an error, callbacks' `on_train_error` run first."""
         try:
             self._run()
         except BaseException as error:
@@ -91,7 +93,7 @@ class Harness:
         self._call("on_train_start")
         with self._signals():
             skips, warmup_s = 0, None
-            while trainer.env_steps < trainer.config.total_env_steps and not state.outcome.ended:
+            while self._budget_left() and not state.outcome.ended:
                 metrics = self._update()
                 if warmup_s is None:
                     warmup_s = metrics["rollout_s"] + metrics["update_s"]
@@ -117,6 +119,11 @@ class Harness:
             state.end(stop_signal=self.signal_received or "a stop request to another rank")
         state.end(metrics=result.metrics)
         return result.metrics
+
+    def _budget_left(self) -> bool:
+        """Whether the run has env steps and seconds left (its time budget, if any)."""
+        trainer = self.trainer
+        return budget_spent(trainer.config, trainer.env_steps, trainer.train_s) < 1
 
     def _elapsed_s(self) -> float:
         return time.perf_counter() - self._start

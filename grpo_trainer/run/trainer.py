@@ -73,7 +73,8 @@ class GRPOTrainer(GRPO):
         callbacks: Sequence[Callback] = (),
         eval_envs: gym.vector.VectorEnv | None = None,
     ) -> dict[str, float]:
-        """Train until `total_env_steps`; returns the last update's metrics.
+        """Train until `total_env_steps`, or until `time_budget_s` seconds of training where
+        that ends first (no update starts after it); returns the last update's metrics.
 
         `callbacks` hook into the run (`grpo_trainer.run.callbacks`). Evaluation during
         training plays on `eval_envs`, by default envs made from `config.run.env` like the
