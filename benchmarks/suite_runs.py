@@ -118,9 +118,11 @@ def _probe_class(base: type) -> type:
             budget = self.time_budget_s
             if budget is not None and self.train_s + self.update_s[-1] >= budget:
                 reason = f"{TIME_BUDGET} ({budget:.2f} s of training) is spent"
-            # the update after the budget's stop request ends the run: evaluated as its last
-            ended = getattr(getattr(state, "outcome", None), "ended", False)
-            last = ended and (self.stopping or "").startswith(TIME_BUDGET)
+            # the update after the budget's stop request ends the run, or the train
+            # command's own time budget does: evaluated as its last
+            outcome = getattr(state, "outcome", None)
+            why = getattr(outcome, "stop_reason", None) or self.stopping or ""
+            last = getattr(outcome, "ended", False) and why.startswith(TIME_BUDGET)
             if (self.marks and steps >= self.marks[0]) or last:
                 while self.marks and steps >= self.marks[0]:
                     self.marks.popleft()

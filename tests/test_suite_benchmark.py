@@ -628,9 +628,10 @@ def test_wallclock_side_by_side_and_its_table(suite: Any, tmp_path: Path) -> Non
 def test_a_grpo_run_stops_at_its_time_budget_with_both_evaluations(
     runs_module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Breakout on the kit: a budget of next to no time stops the run after its second
-    update (the first one asks), with a reason that names the budget, and its last
-    evaluation is that of its last update; the trainer's evaluation plays greedy and sampled."""
+    """Breakout on the kit: a budget of next to no time, given to the train command as
+    `--time-budget-s`, stops the run after its first update, with a reason that names the
+    budget, and its last evaluation is that of its last update; the trainer's evaluation
+    plays greedy and sampled."""
     import grpo_trainer.run.evaluation as evaluation
 
     played: list[bool] = []
@@ -646,7 +647,9 @@ def test_a_grpo_run_stops_at_its_time_budget_with_both_evaluations(
     record = runs_module.run_grpo(task, job)
     assert record["config"]["run"]["env"] == "fruit_env:Breakout-MinAtar-v0"
     assert record["stop_reason"].startswith(runs_module.TIME_BUDGET)
-    assert record["updates"] == 2 and record["env_steps"] < 10_000_000
+    assert record["argv"][-2:] == ["--time-budget-s", "1e-09"]
+    assert record["config"]["time_budget_s"] == 1e-9
+    assert record["updates"] == 1 and record["env_steps"] < 10_000_000
     assert record["curve"][-1]["env_steps"] == record["env_steps"]
     assert played == [True, False] * len(record["curve"])
     last = record["curve"][-1]

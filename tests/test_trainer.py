@@ -262,7 +262,11 @@ def test_a_time_budget_ends_training_after_the_update_that_spends_it() -> None:
     metrics = trainer.train()
     assert trainer.update_index == 1 and metrics["update"] == 1
     assert trainer.env_steps == 16 * 16 and trainer.train_s > 1e-9
-    assert trainer.stop_reason is None and trainer.stop_signal is None  # a normal end
+    assert trainer.stop_reason == "the time budget (1e-09 s of training) is spent"
+    assert trainer.stop_signal is None
+    unbounded = _fruit_trainer(total_env_steps=512, time_budget_s=1e6)
+    unbounded.train()
+    assert unbounded.env_steps == 512 and unbounded.stop_reason is None  # its env steps
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf, "10"])

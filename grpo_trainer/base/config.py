@@ -332,7 +332,8 @@ class GRPOConfig:
     time_budget_s: float | None = _field(
         None,
         "seconds of training to stop at (rollouts and updates, compiling included; evaluation "
-        "and checkpoints apart): the schedule runs over whichever budget ends first",
+        "and checkpoints apart), where it ends before the env steps, and the schedule with "
+        "it; None: env steps alone",
     )
     rollout: RolloutMode = _field(
         "windowed",

@@ -62,7 +62,12 @@ METRICS: dict[str, Metric] = {
     "warmup_s": Metric(
         "host", "seconds of the first update, compilation included", "{:.2f}", summary=True
     ),
-    "train_s": Metric("host", "seconds of training so far (updates only)", "{:.1f}", summary=True),
+    "train_s": Metric(
+        "host",
+        "seconds of training so far (rollouts and updates; the slowest rank's)",
+        "{:.1f}",
+        summary=True,
+    ),
     # -- episodes that ended during the update (derived from reduced sums) --
     "episodes": Metric("sum", "episodes that ended during this update", "{:.0f}"),
     "return_mean": Metric(

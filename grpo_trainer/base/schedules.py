@@ -20,8 +20,8 @@ def budget_spent(config: GRPOConfig, env_steps: int, train_s: float) -> float:
 
 
 def lr_factor(progress: float, schedule: str) -> float:
-    """Learning-rate multiplier at `progress` in [0, 1] of the budget (`budget_spent`). No warm-up:
-    one did not help (docs/trainer.md, "Flags decided by measurement")."""
+    """Learning-rate multiplier at `progress` in [0, 1] of the budget (`budget_spent`). No
+    warm-up: one did not help (docs/trainer.md, "Flags decided by measurement")."""
     rest = min(max(progress, 0.0), 1.0)
     if schedule == "linear":
         return max(1.0 - rest, LR_FLOOR)

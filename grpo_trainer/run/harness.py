@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from grpo_trainer.base.schedules import budget_spent
 from grpo_trainer.run.callbacks import Best, Callback, RunOutcome, RunState
 from grpo_trainer.run.files import RunFiles
 from grpo_trainer.run.periodic_eval import Evaluation
@@ -73,8 +72,8 @@ class Harness:
         self.signal_received: str | None = None  # SIGINT/SIGTERM here, until ranks agree
 
     def run(self) -> RunOutcome:
-        """Train until the budget is spent (`budget_spent`): its env steps, or its seconds
-        where a time budget ends first. On an error, callbacks' `on_train_error` run first."""
+        """Train until `total_env_steps`, or the time budget where it ends first; on an
+        error, callbacks' `on_train_error` run first."""
         try:
             self._run()
         except BaseException as error:
@@ -93,7 +92,7 @@ class Harness:
         self._call("on_train_start")
         with self._signals():
             skips, warmup_s = 0, None
-            while self._budget_left() and not state.outcome.ended:
+            while trainer.env_steps < trainer.config.total_env_steps and not state.outcome.ended:
                 metrics = self._update()
                 if warmup_s is None:
                     warmup_s = metrics["rollout_s"] + metrics["update_s"]
@@ -118,12 +117,18 @@ class Harness:
         elif result.stop:
             state.end(stop_signal=self.signal_received or "a stop request to another rank")
         state.end(metrics=result.metrics)
+        self._check_time_budget()
         return result.metrics
 
-    def _budget_left(self) -> bool:
-        """Whether the run has env steps and seconds left (its time budget, if any)."""
-        trainer = self.trainer
-        return budget_spent(trainer.config, trainer.env_steps, trainer.train_s) < 1
+    def _check_time_budget(self) -> None:
+        """End the run after the update that spent its time budget (with env steps left:
+        else it ends as planned). Every rank reads the slowest one's seconds, so all end
+        after the same update."""
+        trainer, state = self.trainer, self.state
+        budget_s = trainer.config.time_budget_s
+        going = trainer.env_steps < trainer.config.total_env_steps and not state.outcome.ended
+        if going and budget_s is not None and trainer.train_s >= budget_s:
+            state.end(stop_reason=f"the time budget ({budget_s:g} s of training) is spent")
 
     def _elapsed_s(self) -> float:
         return time.perf_counter() - self._start
