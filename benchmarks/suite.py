@@ -59,9 +59,11 @@ report returns). A median "to threshold" over runs counts a run that never got t
 infinitely late: it is None unless more than half of the runs got there.
 `--wallclock` (`benchmarks/suite_wallclock.py`) runs the PPO peer first for each (task,
 seed) and gives every GRPO row of that seed its `elapsed_s` (compile, set-up and training)
-as a time budget on the same core: a calibration run sets the env steps the budget buys (the
-learning-rate schedule anneals over them), and the run stops when its training has taken
-the budget (its `stop_reason` names it); per seed the JSON's `versus_peer_wallclock` sets
+as a time budget on the same core: a calibration run sets the env steps the budget buys
+(its updates' size, and the learning-rate schedule anneals over them; with
+`--trainer-clock` the train command also gets the seconds as `--time-budget-s`, and the
+schedule anneals by the clock), and the run stops when its training has taken the budget
+(its `stop_reason` names it); per seed the JSON's `versus_peer_wallclock` sets
 both side by side, with the time each took to reach the peer's final greedy return.
 `--stop-at-threshold` ends each GRPO run after the evaluation that reaches a fixed threshold
 (a time-to-target study; its final value is then that evaluation's). `--throughput N` trains
@@ -522,6 +524,7 @@ class Study:
             "stop_at_threshold": args.stop_at_threshold,
             "wallclock": args.wallclock,
             "calibration_updates": args.calibrate if args.wallclock else None,
+            "trainer_clock": args.trainer_clock,
             "wallclock_headroom": HEADROOM if args.wallclock else None,
             "timed_updates": args.throughput,
             "seeds": args.seeds,
@@ -583,6 +586,7 @@ class Study:
             "throughput": args.throughput,
             "cold_cache": args.jax_cache == "cold" and row.kind == "grpo",
             "time_budget_s": time_budget_s,
+            "trainer_clock": args.trainer_clock,
         }
 
 
@@ -740,6 +744,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "included) on the same core, at the env steps they buy",
     )
     parser.add_argument(
+        "--trainer-clock",
+        action="store_true",
+        help="--wallclock: also give the train command the seconds (--time-budget-s), so "
+        "that GRPO's learning rate anneals by the clock; off: over the estimated env steps",
+    )
+    parser.add_argument(
         "--calibrate",
         type=int,
         default=CALIBRATION_UPDATES,
@@ -805,6 +815,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             )
     if args.wallclock:
         _check_wallclock(parser, args)
+    elif args.trainer_clock:
+        parser.error("--trainer-clock gives the train command --wallclock's seconds: add it")
     if not args.table and ("grpo" in args.peers or any("env" not in v[1] for v in variants)):
         missing = [m for m in (missing_env(TASKS[t].env) for t in args.tasks) if m]
         if missing:

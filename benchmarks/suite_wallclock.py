@@ -9,19 +9,18 @@ A GRPO row then runs in fresh processes on the same core:
    first (`--throughput`'s measurement), giving the first update's seconds (where compiling
    happens) and the env-steps/s of the others;
 2. the run: `--total-env-steps` set to what the budget buys at that pace, with 10% headroom
-   (`estimate_env_steps`, `HEADROOM`), and `--time-budget-s` the peer's seconds, the train
-   command's own time budget, so that the learning rate anneals by the clock; the suite's
-   clock stops it when its wall time since `train()` was called (compile included,
-   evaluation apart) reaches the PPO peer's.
+   (`estimate_env_steps`, `HEADROOM`), and the suite's clock stops it when its wall time
+   since `train()` was called (compile included, evaluation apart) reaches the PPO peer's.
+   With `--trainer-clock` the train command also gets those seconds as `--time-budget-s`,
+   so that its learning rate anneals by the clock.
 
 Why calibrate: the defaults size an update from `total_env_steps` (`samples_per_update`), so
-a huge step budget would train another config. And a tree from before the time budget
-(`--against`) anneals the learning rate over `total_env_steps` alone, so cut by the clock it
-would stop at a high learning rate. With
+a huge step budget would train another config, and they anneal the learning rate over
+`total_env_steps`, so a run cut by the clock would stop at a high learning rate. With
 the estimate, the env steps end near the budget: a run that goes faster than calibrated ends
 at its env steps a little early (its `stop_reason` is then None), a slower one is cut by the
-clock (`stop_reason` names the time budget), its learning rate at its floor where the tree
-has a time budget, else a little above it (`final_lr` records it). The headroom makes the
+clock (`stop_reason` names the time budget), its learning rate a little above its floor
+(at the floor with `--trainer-clock`; `final_lr` records it). The headroom makes the
 second the usual case: unused seconds would count against GRPO. Calibrating from a run's first
 updates can still misjudge a whole run, either way. Three Breakout smokes on our loaded 2-core
 VM ran 10-34% faster than calibrated, steadily over the run (the first updates are slower, or

@@ -154,6 +154,8 @@ def test_set_names_rows_and_refuses_bad_input(suite: Any, tmp_path: Path) -> Non
         suite.parse_args(["breakout", "--stop-at-threshold"])
     with pytest.raises(SystemExit):
         suite.parse_args(["cartpole", "--against", "no-such-revision-here"])
+    with pytest.raises(SystemExit):  # the seconds it passes on come from --wallclock
+        suite.parse_args(["cartpole", "--trainer-clock"])
 
 
 def test_rows_alternate_with_their_against_twin_then_the_peers(suite: Any, tmp_path: Path) -> None:
@@ -628,10 +630,11 @@ def test_wallclock_side_by_side_and_its_table(suite: Any, tmp_path: Path) -> Non
 def test_a_grpo_run_stops_at_its_time_budget_with_both_evaluations(
     runs_module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Breakout on the kit: a budget of next to no time, given to the train command as
-    `--time-budget-s`, stops the run after its first update, with a reason that names the
-    budget, and its last evaluation is that of its last update; the trainer's evaluation
-    plays greedy and sampled."""
+    """Breakout on the kit: a budget of next to no time stops the run after its second
+    update (the first one asks), with a reason that names the budget, and its last
+    evaluation is that of its last update; the trainer's evaluation plays greedy and
+    sampled. With `--trainer-clock` the train command gets the budget as `--time-budget-s`
+    and ends the run itself, after its first update, evaluated as its last."""
     import grpo_trainer.run.evaluation as evaluation
 
     played: list[bool] = []
@@ -647,9 +650,8 @@ def test_a_grpo_run_stops_at_its_time_budget_with_both_evaluations(
     record = runs_module.run_grpo(task, job)
     assert record["config"]["run"]["env"] == "fruit_env:Breakout-MinAtar-v0"
     assert record["stop_reason"].startswith(runs_module.TIME_BUDGET)
-    assert record["argv"][-2:] == ["--time-budget-s", "1e-09"]
-    assert record["config"]["time_budget_s"] == 1e-9
-    assert record["updates"] == 1 and record["env_steps"] < 10_000_000
+    assert record["config"]["time_budget_s"] is None
+    assert record["updates"] == 2 and record["env_steps"] < 10_000_000
     assert record["curve"][-1]["env_steps"] == record["env_steps"]
     assert played == [True, False] * len(record["curve"])
     last = record["curve"][-1]
@@ -658,6 +660,11 @@ def test_a_grpo_run_stops_at_its_time_budget_with_both_evaluations(
         and record["final_eval_sampled"] == last["eval_sampled"]
     )
     assert last["eval_sampled"] is not None and record["time_budget_s"] == 1e-9
+    clocked = runs_module.run_grpo(task, {**job, "trainer_clock": True})
+    assert clocked["argv"][-2:] == ["--time-budget-s", "1e-09"]
+    assert clocked["config"]["time_budget_s"] == 1e-9 and clocked["updates"] == 1
+    assert clocked["stop_reason"] == "the time budget (1e-09 s of training) is spent"
+    assert clocked["curve"][-1]["env_steps"] == clocked["env_steps"]
     unlimited = runs_module.run_grpo(task, grpo_job(budget=2048, flags=["--num-groups", "2"]))
     assert unlimited["stop_reason"] is None and unlimited["env_steps"] >= 2048
 
