@@ -91,7 +91,8 @@ CHANGED_RUN = {"eval_every": (None, 250_000)}
 # default, and the log-ratio cap binds only past e^20, which no case here reaches. logit_cap
 # is off by default: a head without it computes its logits as before. value_coef is 0 by
 # default: no critic, so the network, the advantages and the loss are the reference's
-# (gae_lambda and critic then shape nothing).
+# (gae_lambda and critic then shape nothing). time_budget_s is None by default: the env
+# steps alone end the run and set the schedule, as in the reference.
 ADDED = {
     "branch_complete": False,
     "mean_bound_coef": 1.0,
@@ -101,6 +102,7 @@ ADDED = {
     "value_coef": 0.0,
     "gae_lambda": 0.95,
     "critic": "shared",
+    "time_budget_s": None,
 }
 # Algorithm fields added since whose default changes training: the newer tree is given the
 # value that does what the reference did. deferred_weights="truncated" (the default since
