@@ -10,6 +10,7 @@ import ast
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import re
 import subprocess
@@ -442,3 +443,19 @@ def test_the_summary_keeps_the_catch_rate_of_the_last_episodes(
     shown = re.search(r"catch_rate\s*│\s*([0-9.]+)", summary)
     assert shown is not None, summary
     assert float(shown.group(1)) == pytest.approx(rows[1]["catch_rate"], abs=5e-4)
+
+
+def test_a_time_budget_ends_train_with_exit_code_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """`train --time-budget-s` that its first update spends: a finished run (exit 0), one
+    update far short of its env steps, the reason logged, the checkpoint written."""
+    argv = ["train", "--total-env-steps", "1000000", "--time-budget-s", "1e-9"]
+    argv += ["--num-groups", "2", "--group-size", "2", "--rollout-steps", "16", "--window", "8"]
+    argv += ["--hidden-sizes", "16", "--device", "cpu", "--no-progress"]
+    with caplog.at_level(logging.INFO), _single_thread():
+        code, _, _ = run_main([*argv, "--run-dir", str(tmp_path / "run")], capsys)
+    assert code == 0
+    assert "stopped after update 1: the time budget (1e-09 s of training) is spent" in caplog.text
+    last = checkpoint.load(tmp_path / "run" / "checkpoints" / "last.pt")
+    assert last["update_index"] == 1 and last["env_steps"] == 4 * 16

@@ -269,6 +269,21 @@ def test_a_time_budget_ends_training_after_the_update_that_spends_it() -> None:
     assert unbounded.env_steps == 512 and unbounded.stop_reason is None  # its env steps
 
 
+def test_a_resumed_run_goes_on_counting_its_seconds(tmp_path: Any) -> None:
+    """A checkpoint keeps `train_s`: resumed with the time budget it spent, a run trains no
+    further update; given more seconds, it trains on from its own count."""
+    spent = _fruit_trainer(total_env_steps=10**6, time_budget_s=1e-9, run_dir=str(tmp_path))
+    spent.train()
+    seconds = spent.train_s
+    again = _fruit_trainer(total_env_steps=10**6, time_budget_s=1e-9, resume=str(tmp_path))
+    again.train()
+    assert again.update_index == 1 and again.train_s == seconds
+    assert again.stop_reason == "the time budget (1e-09 s of training) is spent"
+    more = _fruit_trainer(total_env_steps=512, time_budget_s=1e6, resume=str(tmp_path))
+    more.train()
+    assert more.env_steps == 512 and more.train_s > seconds and more.stop_reason is None
+
+
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf, "10"])
 def test_a_bad_time_budget_is_named(bad: Any) -> None:
     with pytest.raises(ValueError, match="time_budget_s"):

@@ -92,6 +92,7 @@ class Harness:
         self._call("on_train_start")
         with self._signals():
             skips, warmup_s = 0, None
+            self._check_time_budget()  # a resumed run may have spent it already
             while trainer.env_steps < trainer.config.total_env_steps and not state.outcome.ended:
                 metrics = self._update()
                 if warmup_s is None:
