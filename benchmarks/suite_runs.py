@@ -172,10 +172,10 @@ def run_grpo(task: Task, job: dict[str, Any]) -> dict[str, Any]:
     accel = _first_module("grpo_trainer.base.accel", "grpo_trainer.accel")
     argv = grpo_argv(task, job["budget"], job["seed"], job["flags"], job.get("device", "cpu"))
     time_budget_s = job.get("time_budget_s")
-    fields = _first_module("grpo_trainer.base.config", "grpo_trainer.config").GRPOConfig
+    config_class = _first_module("grpo_trainer.base.config", "grpo_trainer.config").GRPOConfig
     # --trainer-clock: the train command's own time budget, so that the schedule anneals by
     # the clock (a tree from before it, --against, anneals over the env steps alone)
-    if job.get("trainer_clock") and "time_budget_s" in fields.__dataclass_fields__:
+    if job.get("trainer_clock") and "time_budget_s" in config_class.__dataclass_fields__:
         argv += ["--time-budget-s", str(time_budget_s)]
     config = cli.config_from_args(cli.build_parser().parse_args(argv))
     device = accel.resolve_device(config.run.device)
