@@ -13,6 +13,8 @@ from torch.distributions import Categorical, Normal
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer.algorithm.policy import (
+    CPU_PASS_ROWS,
+    AutocastPolicy,
     CategoricalHead,
     GaussianHead,
     MultiCategoricalHead,
@@ -519,3 +521,28 @@ def test_the_cpu_tanh_agrees_with_torch_tanh_and_its_gradient() -> None:
     assert y.min().item() >= -1.0 and y.max().item() <= 1.0
     (grad,) = torch.autograd.grad(y.sum(), x)
     torch.testing.assert_close(grad, 1.0 - y.detach() ** 2, atol=1e-6, rtol=0.0)
+
+
+def test_a_rollout_pass_in_slices_gives_the_whole_passs_values_and_log_probs() -> None:
+    """The critic's values and the stored actions' log-probs of a whole rollout come out the
+    same computed in slices (the CPU's `pass_rows`, here 7 rows, which divides no row count
+    below) as in one pass, in the rollout's shape, in float32, with no grad."""
+    space = gym.spaces.Box(0.0, 1.0, (5, 5, 2), np.float32)
+    config = GRPOConfig(value_coef=0.5)
+    policy = build_policy(config, space, gym.spaces.Discrete(3))
+    calls = AutocastPolicy(policy, None, config, "off", torch.device("cpu"))
+    assert calls.pass_rows == CPU_PASS_ROWS
+    rows = (torch.rand(6, 5, 5, 5, 2, generator=_gen()) < 0.3).to(torch.float16)
+    actions = torch.randint(0, 3, (30,), generator=_gen(1), dtype=torch.uint8)
+    calls.pass_rows = None
+    whole_values = calls.values(rows)
+    whole_logp = calls.log_prob(rows.flatten(0, 1), actions)
+    calls.pass_rows = 7
+    sliced_values = calls.values(rows)
+    sliced_logp = calls.log_prob(rows.flatten(0, 1), actions)
+    assert sliced_values.shape == (6, 5) and sliced_logp.shape == (30,)
+    assert sliced_values.dtype == sliced_logp.dtype == torch.float32
+    assert not sliced_values.requires_grad and not sliced_logp.requires_grad
+    torch.testing.assert_close(sliced_values, whole_values, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(sliced_logp, whole_logp, rtol=1e-6, atol=1e-6)
+    assert torch.unique(sliced_values).numel() > 20  # the rows differ: no constant passes

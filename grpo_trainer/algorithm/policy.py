@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -440,6 +441,12 @@ def build_policy(
     )
 
 
+# Rows per slice of a no-grad pass over a whole rollout on the CPU (`AutocastPolicy`): a
+# slice's float32 inputs and activations fit in cache, the whole pass's do not
+# (docs/performance.md, "Figures the code relies on").
+CPU_PASS_ROWS = 4096
+
+
 class AutocastPolicy:
     """`policy` (and the KL `reference`, if any) under the run's autocast, as the rollout and
     the update call it: sampling, scoring stored actions, and one minibatch's loss."""
@@ -454,6 +461,20 @@ class AutocastPolicy:
     ) -> None:
         self.policy, self.reference, self.config = policy, reference, config
         self.amp, self.device = amp, device
+        # A GPU takes a pass over all rows in a few launches; on the CPU the same pass goes
+        # faster in slices whose inputs and activations stay in cache (`CPU_PASS_ROWS`).
+        self.pass_rows = CPU_PASS_ROWS if device.type == "cpu" else None
+
+    def _by_rows(self, fn: Callable[..., Tensor], *inputs: Tensor) -> Tensor:
+        """`fn(*inputs)`, a float32 value per row, computed `pass_rows` rows at a time into
+        one output: the rows are independent, so the slices give the whole pass's values."""
+        rows, step = inputs[0].shape[0], self.pass_rows
+        if step is None or rows <= step:
+            return fn(*inputs).float()
+        out = torch.empty(rows, device=inputs[0].device)
+        for start in range(0, rows, step):
+            out[start : start + step] = fn(*(t[start : start + step] for t in inputs))
+        return out
 
     def sample(self, obs: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
         """One action per observation and its log-prob, from the given noise."""
@@ -464,15 +485,14 @@ class AutocastPolicy:
     def values(self, rows: Tensor) -> Tensor:
         """The critic's float32 values of `(rows, B, ...)` observations, `(rows, B)`."""
         with autocast(self.amp, self.device):
-            values = self.policy.values(rows.flatten(0, 1)).float()
+            values = self._by_rows(self.policy.values, rows.flatten(0, 1))
         return values.view(rows.shape[:2])
 
     @torch.no_grad()
     def log_prob(self, obs: Tensor, actions: Tensor) -> Tensor:
         """The current policy's float32 log-probs of `actions`: the anchor of a clipped ratio."""
         with autocast(self.amp, self.device):
-            logp, _ = self.policy.log_prob_entropy(obs, actions)
-        return logp.float()
+            return self._by_rows(lambda o, a: self.policy.log_prob_entropy(o, a)[0], obs, actions)
 
     def loss(
         self,
