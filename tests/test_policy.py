@@ -532,6 +532,8 @@ def test_a_rollout_pass_in_slices_gives_the_whole_passs_values_and_log_probs() -
     policy = build_policy(config, space, gym.spaces.Discrete(3))
     calls = AutocastPolicy(policy, None, config, "off", torch.device("cpu"))
     assert calls.pass_rows == CPU_PASS_ROWS
+    # off the CPU (a GPU; the meta device stands in for one here) a pass stays one pass
+    assert AutocastPolicy(policy, None, config, "off", torch.device("meta")).pass_rows is None
     rows = (torch.rand(6, 5, 5, 5, 2, generator=_gen()) < 0.3).to(torch.float16)
     actions = torch.randint(0, 3, (30,), generator=_gen(1), dtype=torch.uint8)
     calls.pass_rows = None
