@@ -466,15 +466,12 @@ class AutocastPolicy:
         self.pass_rows = CPU_PASS_ROWS if device.type == "cpu" else None
 
     def _by_rows(self, fn: Callable[..., Tensor], *inputs: Tensor) -> Tensor:
-        """`fn(*inputs)`, a float32 value per row, computed `pass_rows` rows at a time into
-        one output: the rows are independent, so the slices give the whole pass's values."""
-        rows, step = inputs[0].shape[0], self.pass_rows
-        if step is None or rows <= step:
+        """`fn(*inputs)`, a float32 value per row, computed `pass_rows` rows at a time: the
+        rows are independent, so the slices give the whole pass's values."""
+        if self.pass_rows is None:
             return fn(*inputs).float()
-        out = torch.empty(rows, device=inputs[0].device)
-        for start in range(0, rows, step):
-            out[start : start + step] = fn(*(t[start : start + step] for t in inputs))
-        return out
+        slices = zip(*(t.split(self.pass_rows) for t in inputs), strict=True)
+        return torch.cat([fn(*part).float() for part in slices])
 
     def sample(self, obs: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
         """One action per observation and its log-prob, from the given noise."""
