@@ -144,6 +144,46 @@ def test_the_update_compares_the_critics_gae_and_regresses_it_on_its_targets() -
     torch.testing.assert_close(got_weights.sort().values, weights.sort().values)
 
 
+@pytest.mark.parametrize("critic", ["shared", "separate"])
+def test_an_update_scores_every_played_row_with_one_pass_of_its_encoder(critic: str) -> None:
+    """Before it trains, an update values every played row and re-scores the rows an
+    earlier policy played (`GRPO.score`): the same values and log-probs as passes of their
+    own, with the shared encoder run over each played row once, those re-scored too (a
+    separate critic's encoder values them, the policy's scores the re-scored rows)."""
+    trainer = _trainer(critic=critic)
+    trainer.update()
+    rollout = trainer.collect()
+    played = trainer.buffer.obs[: len(rollout.rewards)]
+    earlier = rollout.earlier_policy_rows
+    assert 0 < earlier < played.shape[0]
+    with torch.no_grad():
+        values = trainer.policy.values(played.flatten(0, 1)).view(played.shape[0], -1)
+        obs, actions = (t[:earlier].flatten(0, 1) for t in (rollout.obs, rollout.actions))
+        logp = trainer.policy.log_prob_entropy(obs, actions)[0].view(earlier, -1)
+    encoders = {"policy": trainer.policy.body[0]}
+    if trainer.policy.critic is not None:
+        encoders["critic"] = trainer.policy.critic[0]
+    rows = dict.fromkeys(encoders, 0)
+
+    def counter(name: str) -> Any:
+        def hook(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], out: Any) -> None:
+            rows[name] += inputs[0].shape[0]
+
+        return hook
+
+    hooks = [module.register_forward_hook(counter(n)) for n, module in encoders.items()]
+    got_values, got_logp = trainer.score(rollout)
+    for hook in hooks:
+        hook.remove()
+    torch.testing.assert_close(got_values, values)
+    torch.testing.assert_close(got_logp, logp)
+    played_rows, rescored_rows = played.shape[0] * played.shape[1], earlier * played.shape[1]
+    if critic == "shared":
+        assert rows == {"policy": played_rows}
+    else:
+        assert rows == {"policy": rescored_rows, "critic": played_rows}
+
+
 def test_the_critic_learns_the_value() -> None:
     """With λ = 1 the targets are the discounted returns, whatever the values: learning one
     rollout again and again, the critic's error on it falls."""

@@ -412,6 +412,14 @@ class Policy(nn.Module):
     def log_prob_entropy(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         return self.head.log_prob_entropy(self(obs), action)
 
+    def log_prob_and_value(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        """The log-prob of stored actions and the critic's value, with one pass of the
+        policy's encoder (a shared critic's features are the policy's)."""
+        x = self._inputs(obs)
+        features = self._features(x)
+        logp, _ = self.head.log_prob_entropy(self.body[-1](features), action)
+        return logp, self._value(x, features)
+
     def update_terms(self, obs: Tensor, action: Tensor) -> Terms:
         """The update's forward: log-probs, entropies, bound penalties (None for a head
         without finite bounds, whose penalty is always 0) and values (None without a critic),
@@ -490,6 +498,18 @@ class AutocastPolicy:
         """The current policy's float32 log-probs of `actions`: the anchor of a clipped ratio."""
         with autocast(self.amp, self.device):
             return self._by_rows(lambda o, a: self.policy.log_prob_entropy(o, a)[0], obs, actions)
+
+    @torch.no_grad()
+    def log_prob_and_values(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+        """`log_prob` and the critic's values of the same rows, from one pass: a shared
+        critic reads the policy's encoder, which then runs once for both, not twice."""
+
+        def both(o: Tensor, a: Tensor) -> Tensor:
+            return torch.stack([t.float() for t in self.policy.log_prob_and_value(o, a)], -1)
+
+        with autocast(self.amp, self.device):
+            logp, values = self._by_rows(both, obs, actions).unbind(-1)
+        return logp, values
 
     def loss(
         self,
