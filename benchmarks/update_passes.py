@@ -4,15 +4,15 @@
     python benchmarks/update_passes.py --games breakout --updates 5 --name smoke
 
 Before its minibatches an update values every played row with the critic and re-scores the
-rows an earlier policy played (`GRPO.score`). With a shared critic both read the policy's
-encoder, so `score` runs it once over the re-scored rows instead of twice. Per game this
-script builds the train command's trainer for a budget, and in every update after one
-untimed warm-up it times, on the same rollout and the same weights, the two passes made
-apart (`played_values`, then `_rescored`) and `score`, alternating which goes first, then
-trains as the run would. It records the medians, whether both ways gave the same numbers
-bit for bit, and the update's median seconds (collect plus learn), to which the saving
-compares. One process and one rollout per pair, so the machine's drift between runs minutes
-apart does not enter the ratio.
+rows an earlier policy played (`RowScores`, `algorithm/scoring.py`). With a shared critic
+both read the policy's encoder, so `RowScores.both` runs it once over the re-scored rows
+instead of twice. Per game this script builds the train command's trainer for a budget, and
+in every update after one untimed warm-up it times, on the same rollout and the same
+weights, the two passes made apart (`RowScores.values`, then `rescored`) and `both`,
+alternating which goes first, then trains as the run would. It records the medians, whether
+both ways gave the same numbers bit for bit, and the update's median seconds (collect plus
+learn), to which the saving compares. One process and one rollout per pair, so the
+machine's drift between runs minutes apart does not enter the ratio.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def measure(env_id: str, budget: int, updates: int) -> dict[str, Any]:
         argv += ["--device", "cpu", "--no-progress", "--eval-every", "0", "--run-dir", run_dir]
         trainer = open_run(config_from_args(build_parser().parse_args(argv)))
         trainer.learn(trainer.collect())  # warm-up: allocations, lazy set-up
+        scores = trainer.scores
         apart_s, once_s, update_s, same = [], [], [], True
         for index in range(updates):
             start = time.perf_counter()
@@ -50,9 +51,9 @@ def measure(env_id: str, budget: int, updates: int) -> dict[str, Any]:
             for way in ("apart", "once") if index % 2 == 0 else ("once", "apart"):
                 begin = time.perf_counter()
                 if way == "apart":
-                    results[way] = (trainer.played_values(rollout), trainer._rescored(rollout))
+                    results[way] = (scores.values(rollout), scores.rescored(rollout))
                 else:
-                    results[way] = trainer.score(rollout)
+                    results[way] = scores.both(rollout)
                 (apart_s if way == "apart" else once_s).append(time.perf_counter() - begin)
             same &= all(
                 (a is None and b is None) or torch.equal(a, b)

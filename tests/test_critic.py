@@ -147,7 +147,7 @@ def test_the_update_compares_the_critics_gae_and_regresses_it_on_its_targets() -
 @pytest.mark.parametrize("critic", ["shared", "separate"])
 def test_an_update_scores_every_played_row_with_one_pass_of_its_encoder(critic: str) -> None:
     """Before it trains, an update values every played row and re-scores the rows an
-    earlier policy played (`GRPO.score`): the same values and log-probs as passes of their
+    earlier policy played (`RowScores.both`): the same values and log-probs as passes of their
     own, with the shared encoder run over each played row once, those re-scored too (a
     separate critic's encoder values them, the policy's scores the re-scored rows)."""
     trainer = _trainer(critic=critic)
@@ -172,7 +172,7 @@ def test_an_update_scores_every_played_row_with_one_pass_of_its_encoder(critic: 
         return hook
 
     hooks = [module.register_forward_hook(counter(n)) for n, module in encoders.items()]
-    got_values, got_logp = trainer.score(rollout)
+    got_values, got_logp = trainer.scores.both(rollout)
     for hook in hooks:
         hook.remove()
     torch.testing.assert_close(got_values, values)

@@ -27,6 +27,7 @@ from grpo_trainer.algorithm.rollout import (
     RolloutCheckpoint,
     make_rollout,
 )
+from grpo_trainer.algorithm.scoring import RowScores
 from grpo_trainer.base import checkpoint, distributed
 from grpo_trainer.base.accel import (
     Compiled,
@@ -98,8 +99,7 @@ class GRPO:
         forward = self.collective.data_parallel(self.policy)
         self.loss = Compiled(functools.partial(calls.loss, forward), on, "loss", mode)
         self.log_prob = calls.log_prob
-        self.values = calls.values if has_critic(cfg) else None  # the critic's, if any
-        self.log_prob_and_values = calls.log_prob_and_values
+        self.scores = RowScores(calls, self.rollout, has_critic(cfg))
         # On the CPU the passes cost what they compute, and most rows of a sparse reward's
         # early updates weigh 0 (docs/performance.md, "Rows that weigh nothing"). Finding
         # them reads a count, a host sync on a GPU, where the passes are launch-bound: there
@@ -148,9 +148,9 @@ class GRPO:
         learn_start = Clock(self.device)
         lr = self._follow_schedules()
 
-        # Score the rows with this update's policy (`score`), then compare: each step's
-        # return (with a critic, its GAE) against its group's.
-        values, rescored = self.score(rollout)
+        # Score the rows with this update's policy (`scoring.py`), then compare: each
+        # step's return (with a critic, its GAE) against its group's.
+        values, rescored = self.scores.both(rollout)
         adv = self.estimate(rollout, values)
 
         # Optimise: per trust region (the whole batch, unless it holds more than
@@ -216,37 +216,19 @@ class GRPO:
     def advantages(self, rollout: Rollout) -> Advantages:
         """Each step's return (with a critic, its GAE) against its group's at the same step.
         The critic values every played row anew, so that each GAE sum holds one critic's."""
-        return self.estimate(rollout, self.played_values(rollout))
-
-    def score(self, rollout: Rollout) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """The passes an update makes before it trains, with its own policy: the critic's
-        values of every played row (None without a critic: `advantages`), and the log-probs
-        of the rows an earlier policy played (None where none did: `trained_samples`). Those
-        rows get both from one pass, so that a shared critic's encoder, the costly part of
-        either, runs over them once instead of twice."""
-        earlier = rollout.earlier_policy_rows
-        if self.values is None or not earlier:
-            return self.played_values(rollout), self._rescored(rollout)
-        obs, actions = (t[:earlier].flatten(0, 1) for t in (rollout.obs, rollout.actions))
-        rescored, values = self.log_prob_and_values(obs, actions)
-        later = self.values(self.buffer.obs[earlier : len(rollout.rewards)])
-        return torch.cat((values.view(earlier, -1), later)), rescored.view(earlier, -1)
-
-    def played_values(self, rollout: Rollout) -> torch.Tensor | None:
-        """The critic's values of every played row, look-ahead included (None: no critic)."""
-        return self.values(self.buffer.obs[: len(rollout.rewards)]) if self.values else None
+        return self.estimate(rollout, self.scores.values(rollout))
 
     def trained_samples(
         self, rollout: Rollout, adv: Advantages, rescored: torch.Tensor | None = None
     ) -> Samples:
         """What an update trains on. Rows that waited for their look-ahead were played by an
-        earlier policy: they are re-scored (`rescored`, from `score`, or here), so that the
+        earlier policy: they are re-scored (`rescored`, `RowScores`), so that the
         clipped ratio measures this update's step, as for fresh rows, and
         (`deferred_weights="truncated"`) weighed by their truncated importance
         (`Samples.importance_weighted`)."""
-        earlier = rollout.earlier_policy_rows
         if rescored is None:
-            rescored = self._rescored(rollout)
+            rescored = self.scores.rescored(rollout)
+        earlier = rollout.earlier_policy_rows
         old_logp = (
             rollout.logp if rescored is None else torch.cat((rescored, rollout.logp[earlier:]))
         )
@@ -254,14 +236,6 @@ class GRPO:
         if self.config.deferred_weights == "truncated":
             samples = samples.importance_weighted(old_logp, rollout.logp)
         return samples
-
-    def _rescored(self, rollout: Rollout) -> torch.Tensor | None:
-        """This policy's log-probs of the rows an earlier policy played (None: no such row)."""
-        earlier = rollout.earlier_policy_rows
-        if not earlier:
-            return None
-        obs, actions = (t[:earlier].flatten(0, 1) for t in (rollout.obs, rollout.actions))
-        return self.log_prob(obs, actions).view(earlier, -1)
 
     def _follow_schedules(self) -> float:
         """Set this update's learning rate."""
