@@ -110,6 +110,21 @@ def median_time(
     return Timing(wall, cpu)
 
 
+def train_command_trainer(
+    env_id: str, budget: int, run_dir: str, flags: list[str] | tuple[str, ...] = ()
+) -> Any:
+    """The trainer `python -m grpo_trainer train` builds for the fruit_env game `env_id` on
+    the CPU at a budget of `budget` env steps (no progress bar, no periodic evaluation), with
+    `flags` added, its run directory `run_dir`: what the benchmarks that time or probe the
+    train command's own run step through."""
+    from grpo_trainer.run.trainer import open_run
+    from grpo_trainer.tools.cli import build_parser, config_from_args
+
+    argv = ["train", "--env", f"fruit_env:{env_id}", "--total-env-steps", str(budget)]
+    argv += ["--device", "cpu", "--no-progress", "--eval-every", "0", *flags]
+    return open_run(config_from_args(build_parser().parse_args([*argv, "--run-dir", run_dir])))
+
+
 def command_line() -> str:
     """The command that ran this script, as one could type it again."""
     return shlex.join([Path(sys.executable).name, *sys.argv])

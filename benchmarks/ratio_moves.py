@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import MINATAR_GAMES, machine_info, write_result
+from _common import MINATAR_GAMES, machine_info, train_command_trainer, write_result
 
 GAMES = MINATAR_GAMES
 # The GPU's row on the CPU: what `--device cuda` derives for the MinAtar games.
@@ -55,12 +55,8 @@ def _moves(
     import torch
 
     from grpo_trainer.algorithm.optimizer_step import Samples
-    from grpo_trainer.run.trainer import open_run
-    from grpo_trainer.tools.cli import build_parser, config_from_args
 
-    argv = ["train", "--env", f"fruit_env:{env_id}", "--total-env-steps", str(budget)]
-    argv += ["--device", "cpu", "--no-progress", "--eval-every", "0", *flags]
-    trainer = open_run(config_from_args(build_parser().parse_args([*argv, "--run-dir", run_dir])))
+    trainer = train_command_trainer(env_id, budget, run_dir, flags)
     records = []
     for index in range(1, updates + 1):
         rollout = trainer.collect()

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import MINATAR_GAMES, machine_info, write_result
+from _common import MINATAR_GAMES, machine_info, train_command_trainer, write_result
 
 GAMES = MINATAR_GAMES
 
@@ -55,13 +55,7 @@ def _measure(
 ) -> dict[str, Any]:
     import torch
 
-    from grpo_trainer.run.trainer import open_run
-    from grpo_trainer.tools.cli import build_parser, config_from_args
-
-    argv = ["train", "--env", f"fruit_env:{env_id}", "--total-env-steps", str(budget)]
-    argv += ["--device", "cpu", "--no-progress", "--eval-every", "0", *flags]
-    argv += ["--run-dir", run_dir]
-    trainer = open_run(config_from_args(build_parser().parse_args(argv)))
+    trainer = train_command_trainer(env_id, budget, run_dir, flags)
     if every_row:
         trainer.drop_flat_rows = False
     completion = getattr(trainer.rollout, "completion", None)

@@ -26,20 +26,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import MINATAR_GAMES, machine_info, write_result
+from _common import MINATAR_GAMES, machine_info, train_command_trainer, write_result
 
 
 def measure(env_id: str, budget: int, updates: int) -> dict[str, Any]:
     """Medians of the two ways over `updates` updates of the train command's run of `env_id`."""
     import torch
 
-    from grpo_trainer.run.trainer import open_run
-    from grpo_trainer.tools.cli import build_parser, config_from_args
-
     with tempfile.TemporaryDirectory(prefix="update-passes-") as run_dir:
-        argv = ["train", "--env", f"fruit_env:{env_id}", "--total-env-steps", str(budget)]
-        argv += ["--device", "cpu", "--no-progress", "--eval-every", "0", "--run-dir", run_dir]
-        trainer = open_run(config_from_args(build_parser().parse_args(argv)))
+        trainer = train_command_trainer(env_id, budget, run_dir)
         trainer.learn(trainer.collect())  # warm-up: allocations, lazy set-up
         scores = trainer.scores
         apart_s, once_s, update_s, same = [], [], [], True

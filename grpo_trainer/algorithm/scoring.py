@@ -33,8 +33,7 @@ class RowScores:
         earlier = rollout.earlier_policy_rows
         if not earlier:
             return None
-        obs, actions = (t[:earlier].flatten(0, 1) for t in (rollout.obs, rollout.actions))
-        return self.calls.log_prob(obs, actions).view(earlier, -1)
+        return self.calls.log_prob(*_earlier_rows(rollout)).view(earlier, -1)
 
     def both(self, rollout: Rollout) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """`values` and `rescored`, the rows that need both from one pass: the same numbers
@@ -42,7 +41,12 @@ class RowScores:
         earlier = rollout.earlier_policy_rows
         if not self.critic or not earlier:
             return self.values(rollout), self.rescored(rollout)
-        obs, actions = (t[:earlier].flatten(0, 1) for t in (rollout.obs, rollout.actions))
-        rescored, values = self.calls.log_prob_and_values(obs, actions)
+        rescored, values = self.calls.log_prob_and_values(*_earlier_rows(rollout))
         later = self.calls.values(self.rollout.buffer.obs[earlier : len(rollout.rewards)])
         return torch.cat((values.view(earlier, -1), later)), rescored.view(earlier, -1)
+
+
+def _earlier_rows(rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+    """The observations and actions of the rows an earlier policy played, one row each."""
+    rows = rollout.earlier_policy_rows
+    return rollout.obs[:rows].flatten(0, 1), rollout.actions[:rows].flatten(0, 1)
