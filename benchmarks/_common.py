@@ -10,6 +10,7 @@ The scripts put `benchmarks/` on `sys.path` by being run from it (`python benchm
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -123,6 +124,40 @@ def train_command_trainer(
     argv = ["train", "--env", f"fruit_env:{env_id}", "--total-env-steps", str(budget)]
     argv += ["--device", "cpu", "--no-progress", "--eval-every", "0", *flags]
     return open_run(config_from_args(build_parser().parse_args([*argv, "--run-dir", run_dir])))
+
+
+def per_game_parser(doc: str, name: str, budget: int, updates: int) -> argparse.ArgumentParser:
+    """The arguments of a benchmark that times the train command's trainer per MinAtar game:
+    which games, the run's budget, how many timed updates, and where the JSON goes."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    games = list(MINATAR_GAMES)
+    parser.add_argument("--games", nargs="+", choices=games, default=games)
+    parser.add_argument("--budget", type=int, default=budget, help="the run's env steps")
+    parser.add_argument("--updates", type=int, default=updates, help="timed updates per game")
+    parser.add_argument("--name", default=name, help="results file stem")
+    parser.add_argument("--results", type=Path, help="folder of the JSON (benchmarks/results)")
+    return parser
+
+
+def run_per_game(
+    args: argparse.Namespace,
+    measure: Callable[[str], dict[str, Any]],
+    summary: Callable[[dict[str, Any]], str],
+) -> int:
+    """Measure each of `args.games` on one torch thread (`measure` takes the registered env
+    id), print a line of `summary` per game as it ends, and write the rows with the machine."""
+    import torch
+
+    import fruit_env  # noqa: F401  (registers the games)
+
+    torch.set_num_threads(1)
+    rows = []
+    for game in args.games:
+        row = measure(MINATAR_GAMES[game])
+        print(f"{game}: {summary(row)}", flush=True)
+        rows.append({"game": game, **row})
+    write_result(args.name, {"machine": machine_info(), "rows": rows}, args.results)
+    return 0
 
 
 def command_line() -> str:

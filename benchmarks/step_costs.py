@@ -36,9 +36,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import MINATAR_GAMES, machine_info, train_command_trainer, write_result
-
-GAMES = MINATAR_GAMES
+from _common import per_game_parser, run_per_game, train_command_trainer
 
 
 def measure(
@@ -99,32 +97,19 @@ def _measure(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--games", nargs="+", choices=list(GAMES), default=list(GAMES))
-    parser.add_argument("--budget", type=int, default=2_000_000, help="the run's env steps")
-    parser.add_argument("--updates", type=int, default=17, help="timed updates per game")
+    parser = per_game_parser(__doc__, "step_costs", budget=2_000_000, updates=17)
     parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="train flags")
     parser.add_argument("--every-row", action="store_true", help="train rows of weight 0 too")
-    parser.add_argument("--name", default="step_costs", help="results file stem")
-    parser.add_argument("--results", type=Path, help="folder of the JSON (benchmarks/results)")
     args = parser.parse_args(argv)
-    import torch
-
-    import fruit_env  # noqa: F401  (registers the games)
-
-    torch.set_num_threads(1)
-    rows = []
-    for game in args.games:
-        row = measure(GAMES[game], args.budget, args.updates, args.flags, args.every_row)
-        print(
-            f"{game}: {row['samples_per_update']} samples, collect {row['median_collect_s']} s, "
+    return run_per_game(
+        args,
+        lambda env_id: measure(env_id, args.budget, args.updates, args.flags, args.every_row),
+        lambda row: (
+            f"{row['samples_per_update']} samples, collect {row['median_collect_s']} s, "
             f"learn {row['median_learn_s']} s per update; {row['collect_us_per_step']} us "
-            f"played, {row['update_us_per_step']} us played and trained per env step",
-            flush=True,
-        )
-        rows.append({"game": game, **row})
-    write_result(args.name, {"machine": machine_info(), "rows": rows}, args.results)
-    return 0
+            f"played, {row['update_us_per_step']} us played and trained per env step"
+        ),
+    )
 
 
 if __name__ == "__main__":

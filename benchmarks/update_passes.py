@@ -17,7 +17,6 @@ machine's drift between runs minutes apart does not enter the ratio.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import MINATAR_GAMES, machine_info, train_command_trainer, write_result
+from _common import per_game_parser, run_per_game, train_command_trainer
 
 
 def measure(env_id: str, budget: int, updates: int) -> dict[str, Any]:
@@ -76,31 +75,16 @@ def measure(env_id: str, budget: int, updates: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    games = list(MINATAR_GAMES)
-    parser.add_argument("--games", nargs="+", choices=games, default=games)
-    parser.add_argument("--budget", type=int, default=1_500_000, help="the run's env steps")
-    parser.add_argument("--updates", type=int, default=11, help="timed updates per game")
-    parser.add_argument("--name", default="update_passes", help="results file stem")
-    parser.add_argument("--results", type=Path, help="folder of the JSON (benchmarks/results)")
-    args = parser.parse_args(argv)
-    import torch
-
-    import fruit_env  # noqa: F401  (registers the games)
-
-    torch.set_num_threads(1)
-    rows = []
-    for game in args.games:
-        row = measure(MINATAR_GAMES[game], args.budget, args.updates)
-        print(
-            f"{game}: apart {row['median_apart_ms']} ms, once {row['median_once_ms']} ms, "
+    args = per_game_parser(__doc__, "update_passes", budget=1_500_000, updates=11).parse_args(argv)
+    return run_per_game(
+        args,
+        lambda env_id: measure(env_id, args.budget, args.updates),
+        lambda row: (
+            f"apart {row['median_apart_ms']} ms, once {row['median_once_ms']} ms, "
             f"update {row['median_update_s']} s (saved {row['saved_share_of_update']:.1%}), "
-            f"bit-identical {row['bit_identical']}",
-            flush=True,
-        )
-        rows.append({"game": game, **row})
-    write_result(args.name, {"machine": machine_info(), "rows": rows}, args.results)
-    return 0
+            f"bit-identical {row['bit_identical']}"
+        ),
+    )
 
 
 if __name__ == "__main__":
