@@ -90,7 +90,8 @@ def compile_mode(mode: str, device: torch.device) -> str:
 def resolve_amp(amp: str, device: torch.device) -> str:
     """The AMP mode to use, refusing what the device cannot run. No mode is on by default:
     bf16 did not pay on the CPU (its faster steps were spent on as many more steps to learn,
-    docs/trainer.md), and on a GPU it has not been measured yet."""
+    docs/trainer.md; with AMX its conversions made the update slower, docs/performance.md),
+    and on a GPU it has not been measured yet."""
     if amp == "fp16" and device.type != "cuda":
         raise ValueError("amp='fp16' needs a CUDA device (use 'bf16' or 'off' on CPU)")
     if amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
