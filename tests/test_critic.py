@@ -9,8 +9,10 @@ from typing import Any
 import gymnasium as gym
 import pytest
 import torch
+from gymnasium.vector import AutoresetMode
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
+from fruit_env import FruitCatcherVectorEnv
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig
 from grpo_trainer.algorithm.advantages import (
     VALUE_VARIANCE_FLOOR,
@@ -22,6 +24,10 @@ from grpo_trainer.algorithm.advantages import (
 from grpo_trainer.algorithm.policy import build_policy
 from grpo_trainer.base import checkpoint
 from grpo_trainer.envs import make_envs
+from grpo_trainer.envs.env_io import EnvIO
+from grpo_trainer.envs.episodes import EpisodeRunner
+
+CPU = torch.device("cpu")
 
 
 def test_gae_by_hand() -> None:
@@ -34,6 +40,102 @@ def test_gae_by_hand() -> None:
     # row 1: 0 - 1.0 (no bootstrap past the cut); row 0: 1 + 0.9 * 1.0 - 0.5 + 0.72 * (-1)
     assert adv[:, 0].tolist() == pytest.approx([0.68, -1.0])
     assert targets[:, 0].tolist() == pytest.approx([1.18, 0.0])
+
+
+def test_gae_by_hand_past_a_time_limit() -> None:
+    """The same rows, the cut now a time limit's: the sum still ends there, but the value of
+    the next row (the episode's last observation) carries its return on."""
+    rewards = torch.tensor([[1.0], [0.0], [2.0]])
+    values = torch.tensor([[0.5], [1.0], [3.0]])
+    cut = torch.tensor([[False], [True], [False]])
+    adv, targets = gae(rewards, cut, values, rows=2, gamma=0.9, lam=0.8, bootstrap=cut)
+    # row 1: 0 + 0.9 * 3.0 - 1.0 (the trace from row 2 still cut); row 0: 1.4 + 0.72 * 1.7
+    assert adv[:, 0].tolist() == pytest.approx([2.624, 1.7])
+    assert targets[:, 0].tolist() == pytest.approx([3.124, 2.7])
+    unmarked = gae(rewards, cut, values, rows=2, gamma=0.9, lam=0.8, bootstrap=~cut)
+    torch.testing.assert_close(unmarked, gae(rewards, cut, values, rows=2, gamma=0.9, lam=0.8))
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_the_runner_tells_an_end_by_the_clock_from_an_end_by_the_game(mode: AutoresetMode) -> None:
+    """`timed_out`: the env truncated the episode and did not terminate it, and the step's
+    observation is the episode's last. Under SAME_STEP it is already the next episode's first,
+    so nothing is marked there."""
+    rules = {"win_score": 2, "lose_score": -2, "max_episode_steps": 25}
+    n = 16
+    reference = FruitCatcherVectorEnv(n, autoreset_mode=mode, **rules)
+    runner = EpisodeRunner(EnvIO(FruitCatcherVectorEnv(n, autoreset_mode=mode, **rules), CPU))
+    reference.reset(seed=list(range(n)))
+    runner.env.reset_groups(list(range(n)), 1)
+    runner.begin_episodes()
+    generator = torch.Generator().manual_seed(0)
+    resetting = torch.zeros(n, dtype=torch.bool)
+    ends = {"game": 0, "clock": 0}
+    for _ in range(80):
+        actions = torch.randint(0, 3, (n,), generator=generator)
+        _, _, terminated, truncated, _ = reference.step(actions)
+        step = runner.step(actions)
+        by_clock = step.ended & truncated & ~terminated
+        ends["clock"] += int(by_clock.sum())
+        ends["game"] += int((step.ended & terminated).sum())
+        expected = by_clock if mode == AutoresetMode.NEXT_STEP else torch.zeros_like(by_clock)
+        assert torch.equal(step.timed_out, expected)
+        if mode == AutoresetMode.NEXT_STEP:  # as IndependentRestarts follows the env
+            runner.begin_episodes(resetting)
+            resetting = step.ended
+        else:
+            runner.begin_episodes(step.ended)
+    assert ends["clock"] > 0 and ends["game"] > 0
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_the_runners_own_limit_is_an_end_by_the_clock(mode: AutoresetMode) -> None:
+    rules = {"win_score": 1000, "lose_score": -1000, "max_episode_steps": 100}
+    runner = EpisodeRunner(EnvIO(FruitCatcherVectorEnv(4, autoreset_mode=mode, **rules), CPU), 3)
+    runner.env.reset_groups([0, 1, 2, 3], 1)
+    runner.begin_episodes()
+    marks = [runner.step(torch.zeros(4, dtype=torch.int64)).timed_out.tolist() for _ in range(4)]
+    assert marks == [[False] * 4, [False] * 4, [True] * 4, [False] * 4]
+
+
+@pytest.mark.parametrize(("restart_every", "kept"), [(8, True), (5, False)])
+def test_a_rollout_bootstraps_a_time_limit_where_the_next_row_is_the_episodes_own(
+    restart_every: int, kept: bool
+) -> None:
+    """Freeway ends by its clock alone. Cut at 5 steps and restarted at the checks every 8
+    steps, every end's next row holds the episode's last observation, and the critic's target
+    there is the reward plus the discounted value of that row. Checked every 5 steps, each
+    group restarts right after its end, the next row is a new game's, and no end is marked."""
+    config = GRPOConfig(
+        num_groups=2,
+        group_size=2,
+        hidden_sizes=(16,),
+        rollout_steps=16,
+        restart_every=restart_every,
+        run=RunConfig(
+            env="fruit_env:Freeway-MinAtar-v0",
+            env_kwargs={"max_episode_steps": 5},
+            progress=False,
+            device="cpu",
+            compile=False,
+        ),
+    )
+    trainer = GRPOTrainer(make_envs(config, config.num_envs, CPU), config)
+    assert trainer.config.value_coef > 0  # a grid: the critic is derived
+    for _ in range(3):  # until the trained rows are played ones (they wait for a look-ahead)
+        trainer.update()
+    rollout = trainer.collect()
+    rows = rollout.obs.shape[0]
+    ends = rollout.cut[:rows] & rollout.valid[:rows]
+    assert ends.sum(0).min() >= 2  # every sub-env ended at least twice in the trained rows
+    assert torch.equal(rollout.bootstrap, rollout.cut if kept else torch.zeros_like(rollout.cut))
+    played = trainer.buffer.obs[: len(rollout.rewards)]
+    with torch.no_grad():
+        values = trainer.policy.values(played.flatten(0, 1)).view(played.shape[0], -1)
+    targets = trainer.advantages(rollout).value_targets
+    assert targets is not None
+    expected = rollout.rewards[:rows] + trainer.config.gamma * values[1 : rows + 1] * kept
+    torch.testing.assert_close(targets[ends], expected[ends])
 
 
 def test_gae_with_lambda_one_and_no_values_is_the_discounted_return() -> None:
@@ -115,7 +217,13 @@ def test_the_update_compares_the_critics_gae_and_regresses_it_on_its_targets() -
         values = trainer.policy.values(played.flatten(0, 1)).view(played.shape[0], -1)
     rows = rollout.obs.shape[0]
     adv, targets = gae(
-        rollout.rewards, rollout.cut, values, rows=rows, gamma=cfg.gamma, lam=cfg.gae_lambda
+        rollout.rewards,
+        rollout.cut,
+        values,
+        rows=rows,
+        gamma=cfg.gamma,
+        lam=cfg.gae_lambda,
+        bootstrap=rollout.bootstrap,
     )
     trained = rollout.valid[:rows]
     expected = group_relative(

@@ -148,11 +148,11 @@ def test_env_io_rejects_a_single_env() -> None:
 
 def test_fruit_features_cost_at_most_32_bytes_per_step() -> None:
     """float16 obs x 10 (20 B) + uint8 action (1) + float32 logp (4) + float32 reward (4)
-    + valid and cut flags (1 + 1) = 31 bytes per stored env-step."""
+    + valid, cut and bootstrap flags (1 + 1 + 1) = 32 bytes per stored env-step."""
     buffer = _trainer(_fruit(4), rollout_steps=8, window=4).buffer
     assert buffer.obs.dtype == torch.float16 and buffer.obs.shape[2:] == (10,)
     assert buffer.actions.dtype == torch.uint8
-    assert buffer.bytes_per_step == 10 * 2 + 1 + 4 + 4 + 1 + 1 <= 32
+    assert buffer.bytes_per_step == 10 * 2 + 1 + 4 + 4 + 1 + 1 + 1 <= 32
     assert buffer.rows == 8 + 3 and buffer.trained_rows == 8 and buffer.lookahead_rows == 3
 
 

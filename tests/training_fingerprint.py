@@ -76,6 +76,8 @@ REMOVED_RUN = {"eval_sampled": False}
 # A kit env's snapshot in the rollout state has carried a fourth tensor since the reference:
 # the rules it was taken under (uint8 bytes, fruit_env/kit/snapshots.py); it is digested
 # without it, as the reference records the other three.
+# A rollout's carried rows have held a `bootstrap` flag since (an end by a time limit): only a
+# critic reads it, and no case here trains one, so it is dropped before the state is digested.
 # Run fields added since, which change no training (how a run dir is treated): dropped from
 # the newer tree's checkpoint state before it is digested.
 ADDED_RUN = ("overwrite",)
@@ -168,6 +170,7 @@ def fingerprint(case: dict[str, Any]) -> dict[str, Any]:
         if isinstance(env, list) and len(env) == 4:  # the kit's snapshot and its rules tag
             assert env[3].dtype == torch.uint8 and env[3].dim() == 1
             rollout["env"] = env[:3]  # what the reference records: its training is the same
+        rollout.get("carry", {}).pop("bootstrap", None)
     for name in ADDED_RUN:
         state["config"]["run"].pop(name, None)
     for name, (new, old) in CHANGED_RUN.items():

@@ -12,7 +12,8 @@ first `T` rows are trained, the rest are their look-ahead.
 * With a critic (`value_coef > 0`): GAE(λ) advantages `Â[t, b]` (Schulman et al., 2016) take
   the returns' place, `A[t, b] = (Â[t, b] − mean_{j∈g(b), valid[t, j]} Â[t, j]) / scale`, and
   `Â + V` is the critic's target, and its squared error weighs `valid / max(Var[Â + V],
-  VALUE_VARIANCE_FLOOR)` (the variance over the update's valid samples, on every rank).
+  VALUE_VARIANCE_FLOOR)` (the variance over the update's valid samples, on every rank). An
+  episode that a time limit ended bootstraps from the value of its last observation.
 * Scale: the group's std (GRPO), the batch std (REINFORCE++) or none (Dr. GRPO). A group
   step whose values spread by at most `zero_std_eps` gets weight 0 (`frac_zero_std`).
 """
@@ -68,19 +69,31 @@ def windowed_returns(
 
 
 def gae(
-    rewards: Tensor, cut: Tensor, values: Tensor, *, rows: int, gamma: float, lam: float
+    rewards: Tensor,
+    cut: Tensor,
+    values: Tensor,
+    *,
+    rows: int,
+    gamma: float,
+    lam: float,
+    bootstrap: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """GAE(λ) advantages of the first `rows` rows, and the critic's targets (advantage plus
     value), from the `(L, B)` rewards, cuts and values of every played row. A cut ends the
-    sum and the bootstrap: past it lies another episode, or another member's path. The last
-    row bootstraps from nothing; it lies `L - rows` rows past the last trained one, where
-    its weight is `(γλ)^(L - rows)` (1.5e-3 for MinAtar's 127 rows at λ = 0.95)."""
+    sum and the bootstrap: past it lies another episode, or another member's path. Where
+    `bootstrap` is set as well (a time limit ended the episode, and the next row holds its
+    last observation) the sum ends but the bootstrap stays: the game could have gone on, and
+    an observation without the clock cannot tell the critic that its value is about to be cut
+    (Pardo et al., 2018). The last row bootstraps from nothing; it lies `L - rows` rows past
+    the last trained one, where its weight is `(γλ)^(L - rows)` (1.5e-3 for MinAtar's 127
+    rows at λ = 0.95)."""
     keep = (~cut).to(values.dtype)
+    carry = keep if bootstrap is None else (~cut | bootstrap).to(values.dtype)
     out = torch.empty_like(values)
     running = torch.zeros_like(values[0])
     next_value = torch.zeros_like(values[0])
     for t in range(rewards.shape[0] - 1, -1, -1):
-        delta = rewards[t] + gamma * keep[t] * next_value - values[t]
+        delta = rewards[t] + gamma * carry[t] * next_value - values[t]
         running = delta + gamma * lam * keep[t] * running
         out[t] = running
         next_value = values[t]
@@ -197,6 +210,7 @@ def make_estimator(config: GRPOConfig, sum_over_ranks: Callable[[Tensor], Tensor
                 rows=trained.shape[0],
                 gamma=config.gamma,
                 lam=config.gae_lambda,
+                bootstrap=rollout.bootstrap,
             )
             compare = trained
         adv = group_relative(

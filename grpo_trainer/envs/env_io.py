@@ -39,6 +39,7 @@ class EnvStep(NamedTuple):
     obs: torch.Tensor
     reward: torch.Tensor  # (B,) float32
     done: torch.Tensor  # (B,) bool: terminated or truncated
+    truncated: torch.Tensor  # (B,) bool: truncated and not terminated (a time limit)
     episode: dict[str, tuple[torch.Tensor, torch.Tensor]]  # name -> (values, mask)
 
 
@@ -121,9 +122,11 @@ class EnvIO:
     def step(self, action: torch.Tensor) -> EnvStep:
         obs, reward, terminated, truncated, info = self.envs.step(self.env_actions(action))
         device = self.device
-        done = to_tensor(terminated, device, torch.bool) | to_tensor(truncated, device, torch.bool)
+        terminated = to_tensor(terminated, device, torch.bool)
+        truncated = to_tensor(truncated, device, torch.bool)
         reward = to_tensor(reward, device, torch.float32)
-        return EnvStep(self._obs(obs), reward, done, self._episode(info))
+        done, truncated = terminated | truncated, truncated & ~terminated
+        return EnvStep(self._obs(obs), reward, done, truncated, self._episode(info))
 
     # -- state snapshots (FromSnapshots) -----------------------------------------------------
 

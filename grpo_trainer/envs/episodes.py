@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import torch
+from gymnasium.vector import AutoresetMode
 
 from grpo_trainer.envs.env_io import EnvIO, EnvStep
 
@@ -123,6 +124,9 @@ class EpisodeRunner:
 
     def __init__(self, env: EnvIO, max_episode_steps: int | None = None) -> None:
         self.env, self.limit = env, max_episode_steps
+        # SAME_STEP returns the next episode's first observation where one ended, so an end
+        # by a time limit leaves nothing to value there
+        self.last_obs_returned = env.autoreset_mode != AutoresetMode.SAME_STEP
         device, n = env.device, env.num_envs
         self.stats = EpisodeStats(n, device)
         self.alive = torch.zeros(n, dtype=torch.bool, device=device)
@@ -157,9 +161,12 @@ class EpisodeRunner:
         if self.limit is not None:
             done = done | (self.lengths >= self.limit)
         ended = alive & done
+        timed_out = ended & ~(step.done & ~step.truncated)  # ended, and not by the game
+        if not self.last_obs_returned:
+            timed_out = timed_out & ~step.done
         self.stats.add(ended & self.from_start, self.returns, self.lengths, step.episode)
         self.alive = alive & ~done
-        return RunnerStep(step, reward, alive, ended)
+        return RunnerStep(step, reward, alive, ended, timed_out)
 
 
 class RunnerStep(NamedTuple):
@@ -169,6 +176,9 @@ class RunnerStep(NamedTuple):
     reward: torch.Tensor  # (B,) float32, 0 where the sub-env was not alive
     alive: torch.Tensor  # (B,) bool: the sub-env's episode counted at this step
     ended: torch.Tensor  # (B,) bool: ...and ended at it
+    # (B,) bool: ...by a time limit (the env's truncation or the runner's), with `env.obs` the
+    # episode's last observation: the game could have gone on from there
+    timed_out: torch.Tensor
 
 
 def play_until_ended(

@@ -1,6 +1,9 @@
 """Rollout storage, on the device, allocated once (docs/trainer.md, "Storage and speed"); what
 fills it (`ExplorationNoise`, `Recorder`) and what leaves it (`Rollout`, `RolloutCheckpoint`).
-`valid`: the step's episode counts; `cut`: its episode or path ends there (returns stop).
+`valid`: the step's episode counts; `cut`: its episode or path ends there (returns stop);
+`bootstrap`: it ended by a time limit and the next row holds its last observation, so a
+critic's value there carries its return on (Pardo et al., 2018, "Time Limits in
+Reinforcement Learning").
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from grpo_trainer.envs.episodes import EpisodeRunner, RunnerStep
 SampleFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 # Settings a windowed rollout's saved episodes depend on: with others they cannot continue.
 ROLLOUT_FIELDS = ("rollout", "rollout_steps", "window", "num_groups", "group_size")
-BUFFER_TENSORS = ("obs", "actions", "logp", "rewards", "valid", "cut")  # a checkpoint's order
+BUFFER_TENSORS = ("obs", "actions", "logp", "rewards", "valid", "cut", "bootstrap")  # a checkpoint's order
+NEWER_BUFFER_TENSORS = frozenset({"bootstrap"})  # older checkpoints lack them, and carry none
 
 
 def storage_dtype(space: gym.Space, choice: str) -> torch.dtype:
@@ -64,6 +68,7 @@ class RolloutBuffer:
         self.rewards = torch.zeros((rows, num_envs), dtype=torch.float32, device=device)
         self.valid = torch.zeros((rows, num_envs), dtype=torch.bool, device=device)
         self.cut = torch.zeros((rows, num_envs), dtype=torch.bool, device=device)
+        self.bootstrap = torch.zeros((rows, num_envs), dtype=torch.bool, device=device)
 
     @property
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -95,6 +100,7 @@ class Rollout(NamedTuple):
     rewards: torch.Tensor  # (rows, B): trained rows and their look-ahead
     valid: torch.Tensor  # (rows, B) bool
     cut: torch.Tensor  # (rows, B) bool
+    bootstrap: torch.Tensor  # (rows, B) bool: cut by a time limit, the next row its last obs
     episodes: dict[str, torch.Tensor]  # EpisodeStats.sums() of the episodes that ended
     length_max: torch.Tensor  # () longest current episode (episodes mode: its horizon)
     earlier_policy_rows: int  # leading trained rows played by the policy of an earlier update
@@ -111,6 +117,7 @@ def rollout_view(buffer: RolloutBuffer, runner: EpisodeRunner, rows: int, window
         buffer.rewards[:rows],
         buffer.valid[:rows],
         buffer.cut[:rows],
+        buffer.bootstrap[:rows],
         runner.stats.sums(),
         runner.lengths.max(),
         min(buffer.lookahead_rows, trained),
@@ -181,6 +188,7 @@ class Recorder:
         buffer.rewards[row].copy_(step.reward)
         buffer.valid[row].copy_(step.alive)
         buffer.cut[row].copy_(step.ended)
+        buffer.bootstrap[row].copy_(step.timed_out)  # a restart that replaces the obs clears it
 
 
 class RolloutCheckpoint(NamedTuple):

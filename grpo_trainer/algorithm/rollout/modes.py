@@ -12,6 +12,7 @@ import torch
 
 from grpo_trainer.algorithm.policy import ActionHead
 from grpo_trainer.algorithm.rollout.buffer import (
+    NEWER_BUFFER_TENSORS,
     ExplorationNoise,
     Recorder,
     Rollout,
@@ -197,8 +198,12 @@ class WindowedRollout:
         runner.from_start = state["own"].to(device)
         if state["noise"] is not None:
             self.noise.last = state["noise"].to(device)
+        carry = state["carry"]
         for name, t in self.buffer.tensors.items():
-            t[self.buffer.trained_rows :] = state["carry"][name].to(device)
+            if name in NEWER_BUFFER_TENSORS and name not in carry:
+                t[self.buffer.trained_rows :] = False
+            else:
+                t[self.buffer.trained_rows :] = carry[name].to(device)
         self.restarts.load_state_dict(state["restarts"])
 
 

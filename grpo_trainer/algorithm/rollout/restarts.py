@@ -119,6 +119,7 @@ class GroupRestarts(RestartPolicy):
         seeds = self._group_seeds  # only the seeded strategy calls it (host-side)
         obs = self.env.restart(obs, fresh, source, lambda: [s for s in seeds() for _ in range(k)])
         runner.branch_from(source, fresh)
+        buffer.bootstrap[row] &= (source == self.env.indices) & ~fresh  # the obs it kept
         return obs
 
     def branches_after_next_step(self) -> bool:
