@@ -23,7 +23,8 @@ from grpo_trainer.envs.episodes import EpisodeRunner, RunnerStep
 SampleFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 # Settings a windowed rollout's saved episodes depend on: with others they cannot continue.
 ROLLOUT_FIELDS = ("rollout", "rollout_steps", "window", "num_groups", "group_size")
-BUFFER_TENSORS = ("obs", "actions", "logp", "rewards", "valid", "cut", "bootstrap")  # a checkpoint's order
+# a checkpoint's order
+BUFFER_TENSORS = ("obs", "actions", "logp", "rewards", "valid", "cut", "bootstrap")
 NEWER_BUFFER_TENSORS = frozenset({"bootstrap"})  # older checkpoints lack them, and carry none
 
 
