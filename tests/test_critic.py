@@ -3,6 +3,7 @@ squared error in the loss, its encoder of its own or the policy's, and its check
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -98,14 +99,7 @@ def test_the_runners_own_limit_is_an_end_by_the_clock(mode: AutoresetMode) -> No
     assert marks == [[False] * 4, [False] * 4, [True] * 4, [False] * 4]
 
 
-@pytest.mark.parametrize(("restart_every", "kept"), [(8, True), (5, False)])
-def test_a_rollout_bootstraps_a_time_limit_where_the_next_row_is_the_episodes_own(
-    restart_every: int, kept: bool
-) -> None:
-    """Freeway ends by its clock alone. Cut at 5 steps and restarted at the checks every 8
-    steps, every end's next row holds the episode's last observation, and the critic's target
-    there is the reward plus the discounted value of that row. Checked every 5 steps, each
-    group restarts right after its end, the next row is a new game's, and no end is marked."""
+def _freeway_cut_at_5_steps(restart_every: int = 8) -> GRPOTrainer:
     config = GRPOConfig(
         num_groups=2,
         group_size=2,
@@ -120,7 +114,18 @@ def test_a_rollout_bootstraps_a_time_limit_where_the_next_row_is_the_episodes_ow
             compile=False,
         ),
     )
-    trainer = GRPOTrainer(make_envs(config, config.num_envs, CPU), config)
+    return GRPOTrainer(make_envs(config, config.num_envs, CPU), config)
+
+
+@pytest.mark.parametrize(("restart_every", "kept"), [(8, True), (5, False)])
+def test_a_rollout_bootstraps_a_time_limit_where_the_next_row_is_the_episodes_own(
+    restart_every: int, kept: bool
+) -> None:
+    """Freeway ends by its clock alone. Cut at 5 steps and restarted at the checks every 8
+    steps, every end's next row holds the episode's last observation, and the critic's target
+    there is the reward plus the discounted value of that row. Checked every 5 steps, each
+    group restarts right after its end, the next row is a new game's, and no end is marked."""
+    trainer = _freeway_cut_at_5_steps(restart_every)
     assert trainer.config.value_coef > 0  # a grid: the critic is derived
     for _ in range(3):  # until the trained rows are played ones (they wait for a look-ahead)
         trainer.update()
@@ -321,6 +326,27 @@ def test_exact_resume_with_a_critic(tmp_path: Path) -> None:
     assert [resumed.update()["value_loss"] for _ in range(2)] == expected
     for a, b in zip(original.policy.parameters(), resumed.policy.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_checkpoint_from_before_the_bootstrap_flag_resumes_with_its_rows_unmarked(
+    tmp_path: Path,
+) -> None:
+    """Checkpoints written before the flag existed carry no `bootstrap` rows: they resume,
+    and their carried ends are plain cuts, as their writer trained them."""
+    original = _freeway_cut_at_5_steps()
+    for _ in range(3):
+        original.update()
+    carried = original.buffer.trained_rows
+    assert original.buffer.bootstrap[carried:].any()
+    state = original.state_dict()
+    del state["rollouts"][0]["carry"]["bootstrap"]
+    path = tmp_path / "older.pt"
+    checkpoint.atomic_save(state, path)
+    resumed = _freeway_cut_at_5_steps()
+    resumed.load(path)
+    assert not resumed.buffer.bootstrap[carried:].any()
+    assert torch.equal(resumed.buffer.cut[carried:], original.buffer.cut[carried:])
+    assert math.isfinite(resumed.update()["value_loss"])
 
 
 def test_a_checkpoint_without_a_critic_does_not_load_into_one(tmp_path: Path) -> None:
