@@ -39,7 +39,7 @@ class EnvStep(NamedTuple):
     obs: torch.Tensor
     reward: torch.Tensor  # (B,) float32
     done: torch.Tensor  # (B,) bool: terminated or truncated
-    truncated: torch.Tensor  # (B,) bool: truncated and not terminated (a time limit)
+    terminated: torch.Tensor  # (B,) bool: the game ended it (not a time limit)
     episode: dict[str, tuple[torch.Tensor, torch.Tensor]]  # name -> (values, mask)
 
 
@@ -125,8 +125,9 @@ class EnvIO:
         terminated = to_tensor(terminated, device, torch.bool)
         truncated = to_tensor(truncated, device, torch.bool)
         reward = to_tensor(reward, device, torch.float32)
-        done, truncated = terminated | truncated, truncated & ~terminated
-        return EnvStep(self._obs(obs), reward, done, truncated, self._episode(info))
+        return EnvStep(
+            self._obs(obs), reward, terminated | truncated, terminated, self._episode(info)
+        )
 
     # -- state snapshots (FromSnapshots) -----------------------------------------------------
 

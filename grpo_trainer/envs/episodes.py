@@ -161,7 +161,7 @@ class EpisodeRunner:
         if self.limit is not None:
             done = done | (self.lengths >= self.limit)
         ended = alive & done
-        timed_out = ended & ~(step.done & ~step.truncated)  # ended, and not by the game
+        timed_out = ended & ~step.terminated
         if not self.last_obs_returned:
             timed_out = timed_out & ~step.done
         self.stats.add(ended & self.from_start, self.returns, self.lengths, step.episode)
