@@ -4,12 +4,12 @@ A greedy evaluation of SpaceInvaders replays one start, so its score is one game
 a run it swings (docs/trainer.md, "Time limits bootstrapped by the critic"). Averaging the
 weights of the last updates (Polyak averaging; Izmailov et al. 2018, "Averaging Weights Leads
 to Wider Optima", and Nikishin et al. 2018 for RL) might land on a policy whose greedy game is
-less fragile. This trains the defaults through the train command's config and `train()`, keeps
-exponential averages of the policy's weights beside it (updated after every update, never
-trained), and at each evaluation mark plays the live policy and every average on the same
-games as the suite, greedy, then sampled at the end. Env steps, not seconds, bound the runs,
-so the comparison is the same on any machine load: the averages cost one foreach lerp per
-update.
+less fragile. This trains the defaults through the train command's config and `train()`,
+keeps exponential averages of the policy's weights beside it (updated after every update,
+never trained), and at each evaluation mark plays the live policy and every average on the
+suite's games, greedy, then sampled at the end, with the games' mean length. Env steps, not
+seconds, bound the runs, so the comparison is the same on any machine load: the averages
+cost one foreach lerp per update.
 
     python benchmarks/weight_average.py --seeds 0 1 2 3 4 5 --cpu 0 1 \\
         --env fruit_env:SpaceInvaders-MinAtar-v0 --total-env-steps 2000000 --name NAME
@@ -66,26 +66,33 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     live = trainer.policy
     averages = {decay: copy.deepcopy(live).eval() for decay in DECAYS}
 
-    def score(policy: Any, greedy: bool) -> float:
+    def score(policy: Any, greedy: bool) -> tuple[float, float]:
+        """The mean return and length of the suite's evaluation games."""
         with torch.no_grad():
-            return evaluate(
+            out = evaluate(
                 policy,
                 eval_envs,
                 episodes,
                 greedy=greedy,
                 seed=EVAL_SEED + 1000 * job["seed"],
                 max_episode_steps=trainer.config.max_episode_steps,
-            )["return_mean"]
+            )
+        return out["return_mean"], out["length_mean"]
 
-    def scores(greedy: bool) -> dict[str, float]:
+    def scores(greedy: bool) -> dict[str, dict[str, float]]:
+        """Each policy's mean return under `greedy` or `sampled`, and its mean length."""
         was = live.training
         live.eval()
         try:
-            out = {"live": score(live, greedy)}
-            out.update({f"ema{d:g}": score(p, greedy) for d, p in averages.items()})
-            return out
+            named = {"live": live, **{f"ema{d:g}": p for d, p in averages.items()}}
+            played = {name: score(policy, greedy) for name, policy in named.items()}
         finally:
             live.train(was)
+        kind = "greedy" if greedy else "sampled"
+        return {
+            kind: {name: ret for name, (ret, _) in played.items()},
+            f"{kind}_length": {name: length for name, (_, length) in played.items()},
+        }
 
     marks = list(range(job["first_mark"], job["steps"] + 1, job["every"]))
     curve: list[dict[str, Any]] = []
@@ -98,10 +105,10 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
             if marks and steps >= marks[0]:
                 while marks and steps >= marks[0]:
                     marks.pop(0)
-                curve.append({"env_steps": steps, "greedy": scores(True)})
+                curve.append({"env_steps": steps, **scores(True)})
 
     trainer.train(callbacks=[Average()])
-    final = {"env_steps": int(trainer.env_steps), "greedy": scores(True), "sampled": scores(False)}
+    final = {"env_steps": int(trainer.env_steps), **scores(True), **scores(False)}
     eval_envs.close()
     trainer.env.envs.close()
     return {

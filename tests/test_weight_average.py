@@ -44,8 +44,10 @@ def test_a_run_scores_the_live_policy_and_every_average_at_each_mark(tmp_path: P
     names = {"live", *(f"ema{d:g}" for d in probe.DECAYS)}
     steps = [point["env_steps"] for point in record["curve"]]
     assert steps == sorted(steps) and steps[0] >= 8192 and len(steps) >= 2
-    assert all(set(point["greedy"]) == names for point in record["curve"])
+    for point in record["curve"]:
+        assert set(point["greedy"]) == set(point["greedy_length"]) == names
+        assert all(1 <= length <= 1000 for length in point["greedy_length"].values())
     final = record["final"]
     assert final["env_steps"] >= 16384
-    assert set(final["greedy"]) == set(final["sampled"]) == names
+    assert set(final["greedy"]) == set(final["sampled"]) == set(final["sampled_length"]) == names
     assert record["config"]["total_env_steps"] == 16384 and record["config"]["run"]["seed"] == 3
