@@ -380,11 +380,11 @@ def test_the_config_refuses_a_bad_critic(fields: dict[str, Any], message: str) -
 @pytest.mark.parametrize(
     ("spatial", "fields", "expected"),
     [
-        (True, {}, (0.5, 32, 0.99, 4)),  # a grid's planes: the critic, with PPO's settings
+        (True, {}, (0.5, 32, 0.995, 4)),  # a grid's planes: the critic and its settings
         (False, {}, (0.0, 128, 1 - 1 / 128, 4)),  # flat: none; the window follows the limit
         (True, {"value_coef": 0.0}, (0.0, 128, 1 - 1 / 128, 4)),  # asked for none: none
-        (False, {"value_coef": 0.25}, (0.25, 32, 0.99, 4)),  # asked for one: its settings
-        (True, {"window": 64}, (0.5, 64, 0.99, 4)),  # a given window stays
+        (False, {"value_coef": 0.25}, (0.25, 32, 0.995, 4)),  # asked for one: its settings
+        (True, {"window": 64}, (0.5, 64, 0.995, 4)),  # a given window stays
         (True, {"rollout": "episodes", "advantage": "outcome"}, (0.0, 128, 1 - 1 / 128, 4)),
     ],
 )
@@ -410,4 +410,4 @@ def test_a_grid_env_trains_with_a_critic_and_a_flat_one_without() -> None:
         assert by_hand.config == from_cli
         assert (from_cli.value_coef > 0, by_hand.policy.value_out is not None) == (critic,) * 2
         assert by_hand.config.window == 32  # the critic's; Fruit Catcher's limit (200) too
-        assert by_hand.config.gamma == (0.99 if critic else 1 - 1 / 32)
+        assert by_hand.config.gamma == (0.995 if critic else 1 - 1 / 32)

@@ -40,11 +40,12 @@ LR_AT_REFERENCE, REFERENCE_MINIBATCH = 1e-2, 4_096
 # look-ahead, fewer the longer they waited (epochs_for).
 MAX_EPOCHS = 8
 # A critic (value_coef > 0) bootstraps past the look-ahead, so its window need only cover
-# GAE's reach (its weight (gamma lambda)^k is 0.15 at k = 31); the discount and the passes are
-# then those of PureJaxRL's MinAtar PPO, not the window's. Observations with two or more axes
-# (a grid's planes, an image) get a critic by default, flat ones none (docs/trainer.md, "A
-# critic for grids").
-CRITIC_WINDOW, CRITIC_GAMMA, CRITIC_EPOCHS, SPATIAL_VALUE_COEF = 32, 0.99, 4, 0.5
+# GAE's reach (its weight (gamma lambda)^k is 0.17 at k = 31); the passes are then those of
+# PureJaxRL's MinAtar PPO, not the window's, and the discount 0.995, which values staying in
+# the game over twice PPO's horizon (docs/trainer.md, "A longer discount for the critic").
+# Observations with two or more axes (a grid's planes, an image) get a critic by default, flat
+# ones none (docs/trainer.md, "A critic for grids").
+CRITIC_WINDOW, CRITIC_GAMMA, CRITIC_EPOCHS, SPATIAL_VALUE_COEF = 32, 0.995, 4, 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -386,7 +387,9 @@ class GRPOConfig:
         "batch_std", "advantage scale: 'group_std' (GRPO), 'batch_std' (REINFORCE++), 'none'"
     )
     gamma: float | None = _field(
-        None, "discount of the returns-to-go; None: 1 - 1 / window (0.97 at 32, 0.992 at 128)"
+        None,
+        "discount of the returns-to-go; None: 0.995 with a critic, else 1 - 1 / window (0.97 "
+        "at 32, 0.992 at 128)",
     )
     zero_std_eps: float = _field(
         1e-6, "a group step whose returns spread no more than this carries no signal (weight 0)"
