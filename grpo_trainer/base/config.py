@@ -387,9 +387,7 @@ class GRPOConfig:
         "batch_std", "advantage scale: 'group_std' (GRPO), 'batch_std' (REINFORCE++), 'none'"
     )
     gamma: float | None = _field(
-        None,
-        "discount of the returns-to-go; None: 0.995 with a critic, else 1 - 1 / window (0.97 "
-        "at 32, 0.992 at 128)",
+        None, "discount of the returns-to-go; None: 0.995 with a critic, else 1 - 1 / window"
     )
     zero_std_eps: float = _field(
         1e-6, "a group step whose returns spread no more than this carries no signal (weight 0)"
