@@ -12,7 +12,7 @@ seconds, bound the runs, so the comparison is the same on any machine load: the 
 cost one foreach lerp per update.
 
     python benchmarks/weight_average.py --seeds 0 1 2 3 4 5 --cpu 0 1 \\
-        --env fruit_env:SpaceInvaders-MinAtar-v0 --total-env-steps 2000000 --name NAME
+        --env SpaceInvaders-MinAtar-v0 --total-env-steps 2000000 --name NAME
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,7 +29,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from suite_tasks import EVAL_SEED, MAX_EVAL_ENVS  # noqa: E402  (standard library only)
+from _common import machine_info, train_command_trainer, write_result  # noqa: E402
+from suite_tasks import EVAL_SEED, MAX_EVAL_ENVS  # noqa: E402  (both: standard library only)
 
 DECAYS = (0.8, 0.9, 0.95)  # horizons of about 5, 10 and 20 updates
 
@@ -45,22 +47,24 @@ def update_averages(averages: dict[float, Any], live: Any) -> None:
 
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
     """One seed, in this (pinned) process: the live policy and its averages at every mark."""
+    import torch
+
+    torch.set_float32_matmul_precision("high")  # as the train command sets it
+    with tempfile.TemporaryDirectory(prefix="weight-average-") as run_dir:
+        flags = ["--seed", str(job["seed"])]
+        return _averaged_run(job, train_command_trainer(job["env"], job["steps"], run_dir, flags))
+
+
+def _averaged_run(job: dict[str, Any], trainer: Any) -> dict[str, Any]:
+    """`trainer`'s run, with the averages beside it and every policy scored at each mark."""
     import copy
 
     import torch
 
-    from grpo_trainer.base.accel import resolve_device
     from grpo_trainer.envs import make_envs
     from grpo_trainer.run.callbacks import Callback
     from grpo_trainer.run.evaluation import evaluate
-    from grpo_trainer.run.trainer import open_run
-    from grpo_trainer.tools import cli
 
-    argv = ["train", "--env", job["env"], "--total-env-steps", str(job["steps"])]
-    argv += ["--seed", str(job["seed"]), "--device", "cpu", "--no-progress", "--eval-every", "0"]
-    config = cli.config_from_args(cli.build_parser().parse_args(argv))
-    torch.set_float32_matmul_precision("high")
-    trainer = open_run(config, resolve_device(config.run.device))
     episodes = job["episodes"]
     eval_envs = make_envs(trainer.config, min(episodes, MAX_EVAL_ENVS), trainer.device)
     live = trainer.policy
@@ -113,7 +117,6 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     trainer.env.envs.close()
     return {
         "seed": job["seed"],
-        "argv": argv,
         "config": trainer.config.to_dict(),
         "wall_s": round(time.perf_counter() - start, 1),
         "curve": curve,
@@ -123,7 +126,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="fruit_env:SpaceInvaders-MinAtar-v0")
+    parser.add_argument("--env", default="SpaceInvaders-MinAtar-v0", help="a fruit_env game")
     parser.add_argument("--total-env-steps", type=int, default=2_000_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--cpu", type=int, nargs="+", default=[0])
@@ -141,8 +144,6 @@ def main(argv: list[str] | None = None) -> None:
         pin_worker(job["cpu"])
         Path(job["out"]).write_text(json.dumps(run_one(job)))
         return
-
-    from _common import machine_info, write_result
 
     def lane(cpu: int, seeds: list[int]) -> list[dict[str, Any]]:
         records = []

@@ -30,7 +30,7 @@ def test_each_average_moves_one_minus_its_decay_toward_the_live_weights() -> Non
 
 def test_a_run_scores_the_live_policy_and_every_average_at_each_mark(tmp_path: Path) -> None:
     job = {
-        "env": "fruit_env:Breakout-MinAtar-v0",
+        "env": "Breakout-MinAtar-v0",
         "steps": 16384,
         "seed": 3,
         "cpu": 0,
