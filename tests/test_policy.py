@@ -223,7 +223,8 @@ def _gaussian_head() -> GaussianHead:
 
 
 def test_gaussian_log_prob_and_entropy_match_torch() -> None:
-    """Diagonal Gaussian: logp and entropy equal Normal(mean, exp(log_std)) summed over dims."""
+    """Diagonal Gaussian: logp equals Normal(mean, exp(log_std))'s summed over dims, and the
+    entropy Normal(mean, min(exp(log_std), half-range))'s: the bonus stops at the half-range."""
     head = _gaussian_head()
     g = _gen(5)
     params = torch.randn(BATCH, head.param_dim, generator=g)
@@ -231,7 +232,32 @@ def test_gaussian_log_prob_and_entropy_match_torch() -> None:
     logp, entropy = head.log_prob_entropy(params, action)
     dist = Normal(params, head.log_std.exp())
     torch.testing.assert_close(logp, dist.log_prob(action.flatten(1)).sum(-1))
-    torch.testing.assert_close(entropy, dist.entropy().sum(-1))
+    half_range = torch.as_tensor((BOX.high - BOX.low) / 2).flatten()
+    # log_std runs from -1 to 0.5; the half-ranges cap dims 3 (0.5, at -0.1) and 5 (2, at 0.5
+    # it is below log 2 = 0.69, so only dim 3 is capped).
+    capped = head.log_std.exp() > half_range
+    assert capped.tolist() == [False, False, False, True, False, False]
+    capped_dist = Normal(params, torch.minimum(head.log_std.exp(), half_range))
+    torch.testing.assert_close(entropy, capped_dist.entropy().sum(-1))
+
+
+def test_the_entropy_bonus_has_no_pull_on_a_std_past_the_half_range() -> None:
+    """Past the half-range the env gets mostly clipped actions: the entropy's gradient on
+    such a dim's log-std is 0, a dim below it keeps its gradient of 1, and the log-prob's
+    gradient reaches every dim (the surrogate can still narrow a wide std). An unbounded dim
+    has no cap."""
+    low = np.array([-1.0, -1.0, -np.inf], np.float32)
+    high = np.array([1.0, 1.0, np.inf], np.float32)
+    head = make_head(gym.spaces.Box(low, high))
+    with torch.no_grad():
+        head.log_std.copy_(torch.tensor([3.0, -0.5, 3.0]))
+    params = torch.zeros(4, 3)
+    action = torch.randn(4, 3, generator=_gen(9))
+    logp, entropy = head.log_prob_entropy(params, action)
+    (entropy_grad,) = torch.autograd.grad(entropy[0], head.log_std)
+    assert entropy_grad.tolist() == [0.0, 1.0, 1.0]
+    (logp_grad,) = torch.autograd.grad(logp.sum(), head.log_std)
+    assert bool((logp_grad != 0).all())
 
 
 def test_gaussian_sample_logp_is_exact_and_env_gets_clipped_actions() -> None:
@@ -487,8 +513,9 @@ def test_correlated_exploration_noise_is_an_ar1_process_on_gaussian_heads_only()
 def test_a_correlated_gaussian_scores_the_innovation_and_the_env_gets_the_carried_noise() -> None:
     """With rho, a sampled action is mean + std * innovation, its log-prob and the entropy
     are those of a Normal with std * sqrt(1 - rho^2) (exact for what the step drew), and
-    `shift` adds std * carried noise for the env; rho = 0 is the plain Gaussian."""
-    space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    `shift` adds std * carried noise for the env; rho = 0 is the plain Gaussian. (Bounds
+    of +-2: both stds are below the half-range, where the entropy's cap starts.)"""
+    space = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
     rho = 0.95
     head = make_head(space, rho)
     with torch.no_grad():

@@ -186,6 +186,12 @@ class GaussianHead(ActionHead):
         inv_half = torch.where(finite, 2.0 / (high - low), torch.zeros_like(low))
         self.register_buffer("centre", centre, persistent=False)
         self.register_buffer("inv_half", inv_half, persistent=False)
+        # The entropy bonus stops at a std of the half-range: past it the env gets mostly
+        # clipped, bang-bang actions, so a wider Gaussian adds no exploration, only a mean the
+        # surrogate can no longer move. Uncapped, the bonus alone grew MountainCarContinuous'
+        # log-std past 10 (docs/trainer.md, "An entropy bonus capped at the action range").
+        max_log_std = torch.where(finite, torch.log((high - low) / 2), torch.inf)
+        self.register_buffer("max_log_std", max_log_std, persistent=False)
         self.bounded = bool(finite.any())
         self.bounded_dims = max(1, int(finite.sum()))
 
@@ -211,7 +217,7 @@ class GaussianHead(ActionHead):
 
     def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         logp = self._logp(params.float(), action.float().flatten(-len(self.action_shape)))
-        log_std = self._sampled_log_std()
+        log_std = torch.minimum(self.log_std, self.max_log_std) + self.log_innovation
         entropy = (log_std + 0.5 * math.log(2 * math.pi * math.e)).sum().expand_as(logp)
         return logp, entropy
 
