@@ -223,8 +223,7 @@ def _gaussian_head() -> GaussianHead:
 
 
 def test_gaussian_log_prob_and_entropy_match_torch() -> None:
-    """Diagonal Gaussian: logp equals Normal(mean, exp(log_std))'s summed over dims, and the
-    entropy Normal(mean, min(exp(log_std), half-range))'s: the bonus stops at the half-range."""
+    """Diagonal Gaussian: logp and entropy equal Normal(mean, exp(log_std)) summed over dims."""
     head = _gaussian_head()
     g = _gen(5)
     params = torch.randn(BATCH, head.param_dim, generator=g)
@@ -232,32 +231,7 @@ def test_gaussian_log_prob_and_entropy_match_torch() -> None:
     logp, entropy = head.log_prob_entropy(params, action)
     dist = Normal(params, head.log_std.exp())
     torch.testing.assert_close(logp, dist.log_prob(action.flatten(1)).sum(-1))
-    half_range = torch.as_tensor((BOX.high - BOX.low) / 2).flatten()
-    # log_std runs from -1 to 0.5; the half-ranges cap dims 3 (0.5, at -0.1) and 5 (2, at 0.5
-    # it is below log 2 = 0.69, so only dim 3 is capped).
-    capped = head.log_std.exp() > half_range
-    assert capped.tolist() == [False, False, False, True, False, False]
-    capped_dist = Normal(params, torch.minimum(head.log_std.exp(), half_range))
-    torch.testing.assert_close(entropy, capped_dist.entropy().sum(-1))
-
-
-def test_the_entropy_bonus_has_no_pull_on_a_std_past_the_half_range() -> None:
-    """Past the half-range the env gets mostly clipped actions: the entropy's gradient on
-    such a dim's log-std is 0, a dim below it keeps its gradient of 1, and the log-prob's
-    gradient reaches every dim (the surrogate can still narrow a wide std). An unbounded dim
-    has no cap."""
-    low = np.array([-1.0, -1.0, -np.inf], np.float32)
-    high = np.array([1.0, 1.0, np.inf], np.float32)
-    head = make_head(gym.spaces.Box(low, high))
-    with torch.no_grad():
-        head.log_std.copy_(torch.tensor([3.0, -0.5, 3.0]))
-    params = torch.zeros(4, 3)
-    action = torch.randn(4, 3, generator=_gen(9))
-    logp, entropy = head.log_prob_entropy(params, action)
-    (entropy_grad,) = torch.autograd.grad(entropy[0], head.log_std)
-    assert entropy_grad.tolist() == [0.0, 1.0, 1.0]
-    (logp_grad,) = torch.autograd.grad(logp.sum(), head.log_std)
-    assert bool((logp_grad != 0).all())
+    torch.testing.assert_close(entropy, dist.entropy().sum(-1))
 
 
 def test_gaussian_sample_logp_is_exact_and_env_gets_clipped_actions() -> None:
@@ -297,12 +271,34 @@ def test_gaussian_bound_penalty_is_zero_inside_and_quadratic_outside() -> None:
     past = torch.tensor([[4.0, 0.0], [6.0, 0.0], [0.0, -6.0], [6.0, -6.0]])
     # 2 past the bound: (4 / 2 - 1)^2 = 1 on one dim of 2 -> 0.5; 4 past: (6 / 2 - 1)^2 = 4.
     torch.testing.assert_close(head.bound_penalty(past), torch.tensor([0.5, 2.0, 2.0, 4.0]))
-    # Off-centre bounds: BOX's dims, e.g. [0, 4] (centre 2, half-range 2) and [0, 1].
+    # Off-centre bounds: BOX's dims, e.g. [0, 4] (centre 2, half-range 2) and [0, 1]; every
+    # std below its dim's half-range (the narrowest is 0.5), so only the means count.
     box = _gaussian_head()
+    with torch.no_grad():
+        box.log_std.fill_(-1.0)
     params = torch.zeros(1, box.param_dim)
     params[0, 5] = 8.0  # dim [0, 4]: (|8 - 2| / 2 - 1)^2 = 4
     params[0, 1] = -0.5  # dim [0, 1]: (|-0.5 - 0.5| / 0.5 - 1)^2 = 1
     torch.testing.assert_close(box.bound_penalty(params), torch.tensor([5.0 / 6]))
+
+
+def test_the_bound_penalty_pulls_a_std_wider_than_half_the_range_back() -> None:
+    """A std up to half a dim's range adds nothing; past it the penalty adds
+    (log_std - log half_range)^2 averaged over the bounded dims, for every row alike, and its
+    gradient on that log_std is the excess (2 x / 2 dims); an unbounded dim's std is free."""
+    low = np.array([-1.0, -1.0, -np.inf], np.float32)
+    high = np.array([1.0, 1.0, np.inf], np.float32)
+    head = make_head(gym.spaces.Box(low, high))
+    params = torch.zeros(4, 3)
+    with torch.no_grad():
+        head.log_std.copy_(torch.tensor([0.0, -0.5, 9.0]))  # at, below, unbounded
+    assert torch.equal(head.bound_penalty(params), torch.zeros(4))
+    with torch.no_grad():
+        head.log_std.copy_(torch.tensor([3.0, -0.5, 9.0]))
+    penalty = head.bound_penalty(params)
+    torch.testing.assert_close(penalty, torch.full((4,), 9.0 / 2))
+    (grad,) = torch.autograd.grad(penalty[0], head.log_std)
+    torch.testing.assert_close(grad, torch.tensor([3.0, 0.0, 0.0]))
 
 
 def test_the_bound_penalty_skips_unbounded_dims_and_discrete_heads() -> None:
@@ -513,9 +509,8 @@ def test_correlated_exploration_noise_is_an_ar1_process_on_gaussian_heads_only()
 def test_a_correlated_gaussian_scores_the_innovation_and_the_env_gets_the_carried_noise() -> None:
     """With rho, a sampled action is mean + std * innovation, its log-prob and the entropy
     are those of a Normal with std * sqrt(1 - rho^2) (exact for what the step drew), and
-    `shift` adds std * carried noise for the env; rho = 0 is the plain Gaussian. (Bounds
-    of +-2: both stds are below the half-range, where the entropy's cap starts.)"""
-    space = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
+    `shift` adds std * carried noise for the env; rho = 0 is the plain Gaussian."""
+    space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     rho = 0.95
     head = make_head(space, rho)
     with torch.no_grad():

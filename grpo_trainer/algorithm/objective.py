@@ -5,7 +5,8 @@
     L = −Σ w·S / N + β·Σ w·KL₃ / N − c_H·Σ w·H / N + c_B·Σ v·B / N + c_V·Σ u·(V − R)² / N
     S = min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A), and max(S, c·A) where A < 0 (dual clip)
 
-with `v` the sample's validity, `B` the head's penalty on a mean past the action bounds, and
+with `v` the sample's validity, `B` the head's penalty on a Gaussian past the action bounds
+(its mean past them, its std past half their range), and
 `V` a critic's value (where `value_coef` c_V > 0) regressed on its target `R`, with weights
 `u = v / Var[R]` (`advantages.value_weights`: scale-free, whatever the returns' scale).
 The dual clip (Ye et al., 2020, "Mastering Complex Control in MOBA Games with Deep

@@ -186,10 +186,11 @@ class GaussianHead(ActionHead):
         inv_half = torch.where(finite, 2.0 / (high - low), torch.zeros_like(low))
         self.register_buffer("centre", centre, persistent=False)
         self.register_buffer("inv_half", inv_half, persistent=False)
-        # The entropy bonus stops at a std of the half-range: past it the env gets mostly
-        # clipped, bang-bang actions, so a wider Gaussian adds no exploration, only a mean the
-        # surrogate can no longer move. Uncapped, the bonus alone grew MountainCarContinuous'
-        # log-std past 10 (docs/trainer.md, "An entropy bonus capped at the action range").
+        # The widest std worth having, half the range: past it the env gets mostly clipped,
+        # bang-bang actions, and log-probs hardly depend on the mean, which stops learning.
+        # The surrogate likes bang-bang (clipped samples far out do as well as any), and left
+        # free MountainCarContinuous' log-std grew past 10 (docs/trainer.md, "A std no wider
+        # than the action range"); `bound_penalty` pulls it back as it does the mean.
         max_log_std = torch.where(finite, torch.log((high - low) / 2), torch.inf)
         self.register_buffer("max_log_std", max_log_std, persistent=False)
         self.bounded = bool(finite.any())
@@ -217,16 +218,18 @@ class GaussianHead(ActionHead):
 
     def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         logp = self._logp(params.float(), action.float().flatten(-len(self.action_shape)))
-        log_std = torch.minimum(self.log_std, self.max_log_std) + self.log_innovation
+        log_std = self._sampled_log_std()
         entropy = (log_std + 0.5 * math.log(2 * math.pi * math.e)).sum().expand_as(logp)
         return logp, entropy
 
     def bound_penalty(self, params: Tensor) -> Tensor:
-        """`relu(|mean − centre| / half_range − 1)²` averaged over the dims with finite
-        bounds: 0 inside them, quadratic past them (its gradient grows with the distance).
-        Sampling and log-probs keep the raw mean."""
+        """`relu(|mean − centre| / half_range − 1)² + relu(log_std − log half_range)²`
+        averaged over the dims with finite bounds: 0 for a mean inside them and a std up to
+        half their range, quadratic past (the gradient grows with the distance). Sampling and
+        log-probs keep the raw mean and std."""
         excess = torch.relu((params.float() - self.centre).abs() * self.inv_half - 1.0)
-        return (excess * excess).sum(-1) / self.bounded_dims
+        wide = torch.relu(self.log_std - self.max_log_std)
+        return ((excess * excess).sum(-1) + (wide * wide).sum()) / self.bounded_dims
 
     def to_env(self, action: Tensor) -> Tensor:
         return torch.maximum(torch.minimum(action, self.high), self.low)

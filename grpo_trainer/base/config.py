@@ -434,7 +434,7 @@ class GRPOConfig:
     kl_coef: float = _field(0.0, "weight of the k3 KL to a frozen reference policy")
     entropy_coef: float = _field(0.01, "weight of the entropy bonus")
     mean_bound_coef: float = _field(
-        1.0, "Box actions: weight of the penalty on a Gaussian mean past the bounds (0: off)"
+        1.0, "Box: weight of the penalty on a mean past the bounds, a std past half them (0: off)"
     )
     max_grad_norm: float = _field(1.0, "clip the global gradient norm to this")
     lr: float | None = _field(

@@ -113,8 +113,8 @@ METRICS: dict[str, Metric] = {
     "approx_kl_old": Metric("mean", "k3 KL to the rollout policy: the step size", "{:.4f}"),
     "mean_bound": Metric(
         "mean",
-        "penalty on a Gaussian mean past the action bounds, per valid sample (before "
-        "mean_bound_coef; 0 for discrete actions)",
+        "penalty on a Gaussian past the action bounds (its mean past them, its std past half "
+        "their range), per valid sample (before mean_bound_coef; 0 for discrete actions)",
         "{:.4f}",
     ),
     "value_loss": Metric(
