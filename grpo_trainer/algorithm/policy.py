@@ -189,8 +189,8 @@ class GaussianHead(ActionHead):
         # The widest std worth having, half the range: past it the env gets mostly clipped,
         # bang-bang actions, and log-probs hardly depend on the mean, which stops learning.
         # The surrogate likes bang-bang (clipped samples far out do as well as any), and left
-        # free MountainCarContinuous' log-std grew past 10 (docs/trainer.md, "A std no wider
-        # than the action range"); `bound_penalty` pulls it back as it does the mean.
+        # free MountainCarContinuous' log-std grew past 10 (docs/trainer.md, "Policies");
+        # `bound_penalty` pulls it back as it does the mean.
         max_log_std = torch.where(finite, torch.log((high - low) / 2), torch.inf)
         self.register_buffer("max_log_std", max_log_std, persistent=False)
         self.bounded = bool(finite.any())
