@@ -13,6 +13,7 @@ import torch
 
 import fruit_env  # noqa: F401  (registers FruitCatcher-v0)
 from grpo_trainer import GRPOConfig, GRPOTrainer, RunConfig, TrainingStopped
+from grpo_trainer.algorithm.policy import GaussianHead
 from grpo_trainer.base import accel
 from grpo_trainer.base.accel import Compiled, make_optimizer, resolve_device, should_compile
 from grpo_trainer.base.metrics import spec
@@ -334,6 +335,37 @@ def test_a_gaussian_mean_past_the_bounds_is_pulled_back_by_the_bound_penalty() -
     assert pulled[-1]["frac_zero_std_groups"] < 0.5
     assert all(m["skipped_steps"] == 0 for m in pulled)
     assert [m["frac_zero_std_groups"] for m in stuck] == [1.0] * 3
+
+
+def test_a_gaussian_std_wider_than_half_the_range_is_pulled_back_by_the_bound_penalty() -> None:
+    """Pendulum's actions lie in [-2, 2]; a log-std of 4 (a std of 55) makes almost every
+    action a clipped push. The bound penalty pulls the log-std back to log 2, the half-range,
+    within three updates, where the entropy bonus and the surrogate hold it just above; without
+    it (mean_bound_coef 0) the std stays that wide."""
+    stds = {}
+    for coef in (1.0, 0.0):
+        envs = gym.make_vec("Pendulum-v1", num_envs=8, vectorization_mode="sync")
+        run = RunConfig(progress=False, device="cpu", seed=0)
+        shape = {"num_groups": 2, "group_size": 4, "rollout_steps": 16, "window": 4}
+        cfg = GRPOConfig(**shape, hidden_sizes=(16,), lr=0.03, mean_bound_coef=coef, run=run)
+        trainer = GRPOTrainer(envs, cfg)
+        head = trainer.policy.head
+        assert isinstance(head, GaussianHead)
+        with torch.no_grad():
+            head.log_std.fill_(4.0)
+        metrics = []
+        stds[coef] = []
+        for _ in range(3):
+            metrics.append(trainer.update())
+            stds[coef].append(float(head.log_std))
+        envs.close()
+        if coef:
+            # (4 - log 2)^2 = 10.9 at the first step; the update's mean falls as it pulls.
+            assert metrics[0]["mean_bound"] > 1.0
+            assert metrics[-1]["mean_bound"] < metrics[0]["mean_bound"] / 10
+    assert stds[1.0][0] < 4.0 and stds[1.0] == sorted(stds[1.0], reverse=True)
+    assert abs(stds[1.0][-1] - math.log(2.0)) < 0.05
+    assert min(stds[0.0]) > 3.9
 
 
 def test_train_runs_to_the_step_budget() -> None:
