@@ -308,6 +308,15 @@ def test_box_actions_on_a_numpy_sync_env() -> None:
     envs.close()
 
 
+def _pendulum_trainer(mean_bound_coef: float) -> tuple[Any, GRPOTrainer]:
+    """Pendulum (actions in [-2, 2]) on a small, fast-moving config for the bound tests."""
+    envs = gym.make_vec("Pendulum-v1", num_envs=8, vectorization_mode="sync")
+    run = RunConfig(progress=False, device="cpu", seed=0)
+    shape = {"num_groups": 2, "group_size": 4, "rollout_steps": 16, "window": 4}
+    cfg = GRPOConfig(**shape, hidden_sizes=(16,), lr=0.03, mean_bound_coef=mean_bound_coef, run=run)
+    return envs, GRPOTrainer(envs, cfg)
+
+
 def test_a_gaussian_mean_past_the_bounds_is_pulled_back_by_the_bound_penalty() -> None:
     """Pendulum's action bound is 2; a mean of 8 is clipped to 2 for every member, so every
     group step has no spread and weight 0. The bound penalty counts on those rows (the CPU
@@ -315,11 +324,7 @@ def test_a_gaussian_mean_past_the_bounds_is_pulled_back_by_the_bound_penalty() -
     groups spread again. Without it (mean_bound_coef 0) nothing moves the policy at all."""
     results = {}
     for coef in (1.0, 0.0):
-        envs = gym.make_vec("Pendulum-v1", num_envs=8, vectorization_mode="sync")
-        run = RunConfig(progress=False, device="cpu", seed=0)
-        shape = {"num_groups": 2, "group_size": 4, "rollout_steps": 16, "window": 4}
-        cfg = GRPOConfig(**shape, hidden_sizes=(16,), lr=0.03, mean_bound_coef=coef, run=run)
-        trainer = GRPOTrainer(envs, cfg)
+        envs, trainer = _pendulum_trainer(mean_bound_coef=coef)
         assert trainer.drop_flat_rows
         with torch.no_grad():
             trainer.policy.body[-1].bias.fill_(8.0)
@@ -344,11 +349,7 @@ def test_a_gaussian_std_wider_than_half_the_range_is_pulled_back_by_the_bound_pe
     it (mean_bound_coef 0) the std stays that wide."""
     stds = {}
     for coef in (1.0, 0.0):
-        envs = gym.make_vec("Pendulum-v1", num_envs=8, vectorization_mode="sync")
-        run = RunConfig(progress=False, device="cpu", seed=0)
-        shape = {"num_groups": 2, "group_size": 4, "rollout_steps": 16, "window": 4}
-        cfg = GRPOConfig(**shape, hidden_sizes=(16,), lr=0.03, mean_bound_coef=coef, run=run)
-        trainer = GRPOTrainer(envs, cfg)
+        envs, trainer = _pendulum_trainer(mean_bound_coef=coef)
         head = trainer.policy.head
         assert isinstance(head, GaussianHead)
         with torch.no_grad():
